@@ -1,0 +1,25 @@
+"""User-facing errors: each carries a message a person can act on; the CLI prints it and exits non-zero."""
+
+
+class DpDistillError(Exception):
+    """Base class of every error the CLI turns into a clear message and a non-zero exit."""
+
+
+class DatasetError(DpDistillError):
+    """A dataset is missing, malformed, or of the wrong shape."""
+
+
+class CheckpointError(DpDistillError):
+    """A checkpoint is missing, corrupt, or does not belong to the expected model."""
+
+
+class PrivacyParameterError(DpDistillError):
+    """Privacy parameters are impossible (eps <= 0, delta outside (0, 1), k out of range, ...)."""
+
+
+class BudgetExceededError(DpDistillError):
+    """A plan or a query would spend more privacy budget than was granted."""
+
+
+class ConfigError(DpDistillError):
+    """A configuration value is invalid."""
