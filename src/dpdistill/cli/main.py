@@ -1,0 +1,200 @@
+"""The `dpdistill` command line: every error a user can cause becomes one clear line and a non-zero exit."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from dpdistill.errors import DpDistillError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Turn a model trained on private data into a differentially private student and generator.")
+data_app = typer.Typer(no_args_is_help=True, help="Data sets: what is available and where it comes from.")
+app.add_typer(data_app, name="data")
+console = Console(stderr=True)
+
+
+class PrivacyModeOption(str, Enum):
+    data = "data"
+    label = "label"
+    none = "none"
+
+
+class AccountingOption(str, Enum):
+    sound = "sound"
+    paper = "paper"
+
+
+def clear_errors(command: Callable) -> Callable:
+    """Turn the library's user-facing errors into 'error: ...' on stderr and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except DpDistillError as error:
+            console.print(f"[bold red]error:[/] {error}", highlight=False)
+            raise typer.Exit(code=2) from None
+        except KeyboardInterrupt:
+            console.print("interrupted: the last checkpoint is kept; continue with the same command and --resume")
+            raise typer.Exit(code=130) from None
+
+    return wrapper
+
+
+def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dict], None]]:
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
+    task = bar.add_task(description, total=total, status="")
+
+    def update(record: dict) -> None:
+        step = record.get("iteration", record.get("epoch"))
+        status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+                           for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
+                                                                       "student_loss", "queries", "train_loss"))
+        bar.update(task, completed=step, status=status)
+
+    return bar, update
+
+
+@data_app.command("list")
+@clear_errors
+def data_list() -> None:
+    """Show each built-in data set and whether it is available here."""
+    from dpdistill.data import list_datasets
+
+    table = Table("name", "available", "where / how to get it")
+    for status in list_datasets():
+        table.add_row(status.name, "yes" if status.available else "no", status.detail)
+    Console().print(table)
+
+
+@app.command("train-teacher")
+@clear_errors
+def train_teacher_command(
+    dataset: str = typer.Option(..., help="fmnist, mnist, digits, a folder of IDX files, or an .npz"),
+    out: Path = typer.Option(..., help="directory for model.safetensors, meta.json and report.json"),
+    arch: str = typer.Option("cnn", help="architecture name or module:callable"),
+    epochs: int = typer.Option(5, min=1),
+    batch_size: int = typer.Option(128, min=1),
+    lr: float = typer.Option(1e-3),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+) -> None:
+    """Train a non-private teacher: the private model to be converted."""
+    from dpdistill.pipeline import train_teacher
+    from dpdistill.training.teacher import TeacherConfig
+
+    config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    bar, update = _progress_bar(epochs, f"teacher on {dataset}")
+    with bar:
+        report = train_teacher(dataset, out, config, update)
+    console.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+
+
+@app.command("transcribe")
+@clear_errors
+def transcribe_command(
+    teacher: Path = typer.Option(..., help="teacher directory (model.safetensors + meta.json)"),
+    out: Path = typer.Option(..., help="output directory"),
+    method: str = typer.Option("dpsd", help="transcription method"),
+    privacy: PrivacyModeOption = typer.Option(PrivacyModeOption.data, help="data, label, or none (no guarantee)"),
+    epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound by default)"),
+    delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
+    preset: Optional[str] = typer.Option(None, help="paper (seed settings) or demo (small and fast)"),
+    accounting: AccountingOption = typer.Option(AccountingOption.sound,
+                                                help="sound (dp-accounting) or paper (reproduce the papers' tables)"),
+    iterations: Optional[int] = typer.Option(None, help="T"),
+    batch_size: Optional[int] = typer.Option(None, help="b: synthetic samples per iteration"),
+    sigma: Optional[float] = typer.Option(None, help="data mode noise scale (std = sigma * beta); default: calibrated"),
+    beta: Optional[float] = typer.Option(None, help="data mode normalization bound"),
+    epsilon0: Optional[float] = typer.Option(None, help="label mode per-query RR epsilon; default: calibrated"),
+    top_k: Optional[int] = typer.Option(None, help="k of top-k (gradient entries / candidate labels)"),
+    student_arch: Optional[str] = typer.Option(None),
+    student_lr: Optional[float] = typer.Option(None),
+    generator_lr: Optional[float] = typer.Option(None),
+    student_steps: Optional[int] = typer.Option(None),
+    distill_loss: Optional[str] = typer.Option(None, help="dkd or kd"),
+    dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teacher's)"),
+    seed: Optional[int] = typer.Option(None),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda"),
+    resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
+) -> None:
+    """Convert a teacher into a differentially private student and generator."""
+    from dpdistill.methods.config import build_config
+    from dpdistill.pipeline import transcribe
+
+    config = build_config(
+        preset,
+        {"method": method, "iterations": iterations, "batch_size": batch_size, "top_k": top_k, "seed": seed,
+         "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
+         "student_steps": student_steps, "distill_loss": distill_loss},
+        {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
+         "beta": beta, "epsilon0": epsilon0},
+    )
+    bar, update = _progress_bar(config.iterations, f"{method} {privacy.value}")
+    with bar:
+        report = transcribe(teacher, config, out, dataset, resume, update)
+    print_summary(report, out)
+
+
+def print_summary(report: dict, out: Path) -> None:
+    privacy = report["privacy"]
+    accuracy = report["accuracy"]
+    table = Table(title=f"{report['method']} / {report['privacy_mode']} privacy / {report['dataset']}")
+    table.add_column("quantity")
+    table.add_column("value")
+    if accuracy["student"] is not None:
+        table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
+    if accuracy["teacher"] is not None:
+        table.add_row("teacher accuracy", f"{100 * accuracy['teacher']:.2f}%")
+    if privacy["mode"] == "none":
+        table.add_row("privacy", "none")
+    else:
+        table.add_row("epsilon (sound, PLD)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
+        table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
+        table.add_row("teacher queries", str(privacy["queries"]))
+    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
+    table.add_row("report", str(out / "report.md"))
+    Console().print(table)
+
+
+@app.command("evaluate")
+@clear_errors
+def evaluate_command(
+    model: Path = typer.Option(..., help="a teacher or transcription output directory"),
+    dataset: str = typer.Option(..., help="data set whose test split is used"),
+    name: Optional[str] = typer.Option(None, help="model file stem (default: model, else student)"),
+) -> None:
+    """Accuracy of a saved model on a data set's real test split (JSON on stdout)."""
+    from dpdistill.pipeline import evaluate
+
+    if name is None:
+        name = "student" if (model / "student.safetensors").exists() and not (model / "model.safetensors").exists() else "model"
+    typer.echo(json.dumps(evaluate(model, dataset, name), indent=2))
+
+
+@app.command("demo")
+@clear_errors
+def demo_command(out: Path = typer.Option(Path("runs/demo"), help="output directory")) -> None:
+    """Train a teacher on the embedded digits data and transcribe it in data and label mode."""
+    from dpdistill.demo import run_demo
+
+    run_demo(out, console)
+
+
+def main() -> None:  # pragma: no cover - entry point for `python -m dpdistill`
+    app(prog_name="dpdistill")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Classifier architectures sized for 8x8, 28x28 and 32x32 inputs."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from dpdistill.models.base import Classifier
+
+
+class ConvNet(Classifier):
+    """Teacher default: three 3x3 conv blocks with BatchNorm; max-pool after the first two while size allows.
+
+    32-64-64 channels reach about 91% on Fashion-MNIST in 5 epochs at about 25 s per epoch on 2 CPU cores.
+    """
+
+    def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: tuple[int, ...] = (32, 64, 64)) -> None:
+        super().__init__()
+        channels, size = in_shape[0], min(in_shape[1:])
+        layers: list[nn.Module] = []
+        for index, out_channels in enumerate(width):
+            layers += [nn.Conv2d(channels, out_channels, 3, padding=1), nn.BatchNorm2d(out_channels), nn.ReLU()]
+            if index < len(width) - 1 and size >= 4:
+                layers.append(nn.MaxPool2d(2))
+                size //= 2
+            channels = out_channels
+        self.backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(channels, num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.backbone(x)
+
+    def classify(self, features: Tensor) -> Tensor:
+        return self.head(features)
+
+
+class DataLensStudent(Classifier):
+    """The student of DataLens and DPSD: Conv32-MaxPool-Dropout0.2-Conv64-Dropout0.25-Dense64-Dense(classes)."""
+
+    def __init__(self, in_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        channels, height, width = in_shape
+        self.backbone = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Dropout(0.25), nn.Flatten(),
+            nn.Linear(64 * (height // 2) * (width // 2), 64), nn.ReLU(),
+        )
+        self.head = nn.Linear(64, num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.backbone(x)
+
+    def classify(self, features: Tensor) -> Tensor:
+        return self.head(features)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU(),
+            nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False), nn.BatchNorm2d(out_channels),
+        )
+        self.shortcut = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride, bias=False),
+                                          nn.BatchNorm2d(out_channels))
+        self.activation = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(self.body(x) + self.shortcut(x))
+
+
+class ResNet(Classifier):
+    """CIFAR-style ResNet (3x3 stem, no initial pooling), the papers' teacher for larger inputs."""
+
+    def __init__(self, in_shape: tuple[int, int, int], num_classes: int, blocks: tuple[int, ...],
+                 width: int = 64) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(in_shape[0], width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+        channels = width
+        for stage, count in enumerate(blocks):
+            out_channels = width * 2**stage
+            for index in range(count):
+                layers.append(BasicBlock(channels, out_channels, 2 if stage > 0 and index == 0 else 1))
+                channels = out_channels
+        self.backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(channels, num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.backbone(x)
+
+    def classify(self, features: Tensor) -> Tensor:
+        return self.head(features)
+
+
+def resnet18(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:
+    return ResNet(in_shape, num_classes, (2, 2, 2, 2), width)
+
+
+def resnet34(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:
+    return ResNet(in_shape, num_classes, (3, 4, 6, 3), width)

@@ -1,0 +1,33 @@
+"""DAFL-style generator: latent vector -> image in [-1, 1]."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class Generator(nn.Module):
+    """Linear to width[0] x H/4 x W/4, then two (upsample x2, conv 3x3, BatchNorm, LeakyReLU) stages, conv, tanh.
+
+    The generator dominates the cost of a transcription: (128, 128, 64) costs about 2 s per DPSD iteration
+    of 256 samples on 2 CPU cores at 28x28, (64, 32, 16) about 0.33 s.
+    """
+
+    def __init__(self, latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int] = (128, 128, 64)) -> None:
+        super().__init__()
+        channels, height, image_width = out_shape
+        if height % 4 or image_width % 4:
+            raise ValueError(f"generator output height and width must be multiples of 4, got {out_shape}")
+        self.latent_dim = latent_dim
+        self.start = (width[0], height // 4, image_width // 4)
+        self.project = nn.Sequential(nn.Linear(latent_dim, width[0] * (height // 4) * (image_width // 4)))
+        self.body = nn.Sequential(
+            nn.BatchNorm2d(width[0]),
+            nn.Upsample(scale_factor=2), nn.Conv2d(width[0], width[1], 3, padding=1), nn.BatchNorm2d(width[1]),
+            nn.LeakyReLU(0.2),
+            nn.Upsample(scale_factor=2), nn.Conv2d(width[1], width[2], 3, padding=1), nn.BatchNorm2d(width[2]),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(width[2], channels, 3, padding=1), nn.Tanh(),
+        )
+
+    def forward(self, latents: Tensor) -> Tensor:
+        return self.body(self.project(latents).view(-1, *self.start))

@@ -1,0 +1,120 @@
+"""End-to-end jobs shared by the CLI and the demo: train a teacher, transcribe it, evaluate a model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import save_file
+
+from dpdistill import __version__
+from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import ConfigError, DatasetError
+from dpdistill.evaluation.metrics import accuracy, predict
+from dpdistill.methods.config import TranscriptionConfig
+from dpdistill.methods.dpsd import DPSDTranscriber
+from dpdistill.models.checkpoint import load_classifier, save_model
+from dpdistill.reporting.report import write_json, write_transcription_report
+from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+METHODS = {"dpsd": DPSDTranscriber}
+Progress = Callable[[dict], None]
+
+
+def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None) -> dict:
+    """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
+    dataset = load_dataset(dataset_name)
+    model, training = train_classifier(dataset, config, progress)
+    meta = {"kind": "classifier", "arch": config.arch, "arch_options": {}, "in_shape": list(dataset.input_shape),
+            "num_classes": dataset.num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
+            "dpdistill_version": __version__}
+    save_model(out_dir, model, meta)
+    report = {"dataset": dataset.describe(), "arch": config.arch, "config": vars(config) | {},
+              "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
+              "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
+              "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
+    dataset = load_dataset(name)
+    if tuple(dataset.input_shape) != tuple(in_shape) or dataset.num_classes != num_classes:
+        raise DatasetError(
+            f"dataset {name!r} has inputs {dataset.input_shape} and {dataset.num_classes} classes, but the model "
+            f"expects {tuple(in_shape)} and {num_classes}"
+        )
+    return dataset
+
+
+def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
+               resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Convert the teacher in `teacher_dir` into a private student and generator in `out_dir`.
+
+    The dataset is read only for its test split, to report accuracies. With `resume`, the configuration saved
+    in `out_dir` is used and the run continues from its last checkpoint with the budget it had spent.
+    """
+    teacher, meta = load_classifier(teacher_dir)
+    config_path = out_dir / "config.json"
+    if resume:
+        if not config_path.exists():
+            raise ConfigError(f"nothing to resume in {out_dir}: no config.json (start a run without --resume)")
+        config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
+    elif (out_dir / "resume").exists():
+        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
+    if config.method not in METHODS:
+        raise ConfigError(f"unknown method {config.method!r}: choose one of {', '.join(METHODS)}")
+    in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
+    dataset_name = dataset_name or meta.get("dataset")
+    dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None
+    transcriber = METHODS[config.method](config, teacher, in_shape, num_classes, dataset, out_dir, progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(config_path, config.to_dict())
+    result = transcriber.run(resume=resume)
+
+    student_meta = {"kind": "classifier", "arch": config.student_arch, "arch_options": {}, "in_shape": list(in_shape),
+                    "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
+                    "dpdistill_version": __version__}
+    generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
+                      "width": list(config.generator_width), "dataset": dataset_name, "dpdistill_version": __version__}
+    save_model(out_dir, result.student, student_meta, name="student")
+    save_model(out_dir, result.generator, generator_meta, name="generator")
+    save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
+
+    with torch.no_grad():
+        samples = result.generator(result.latents[:64])
+    sample_labels = predict(result.student, samples).tolist()
+    privacy = result.privacy_summary()
+    privacy["covered"] = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
+    queries = max(result.answered, 1)
+    report = {
+        "method": config.method,
+        "privacy_mode": config.privacy.mode,
+        "dataset": dataset_name,
+        "privacy": privacy,
+        "accuracy": {
+            "student": result.history[-1].get("student_accuracy") if result.history else None,
+            "teacher": accuracy(teacher, dataset.x_test, dataset.y_test) if dataset else None,
+        },
+        "timing": {"wall_seconds": result.wall_seconds, "samples_per_second": queries / max(result.wall_seconds, 1e-9),
+                   "phases": result.phase_seconds},
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "history": result.history,
+        "dpdistill_version": __version__,
+    }
+    write_transcription_report(out_dir, report, samples, sample_labels, result.history)
+    shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    return report
+
+
+def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[str, Any]:
+    """Accuracy of a saved classifier on a dataset's real test split."""
+    model, meta = load_classifier(model_dir, name=name)
+    dataset = _evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
+    return {"model": str(model_dir / f"{name}.safetensors"), "dataset": dataset_name,
+            "accuracy": accuracy(model, dataset.x_test, dataset.y_test), "n_test": len(dataset.y_test)}

@@ -1,0 +1,184 @@
+"""From a privacy budget and a planned number of teacher queries to a concrete mechanism, or a refusal.
+
+Two accountings exist. `sound` (the default) spends the budget as measured by dp-accounting (`accounting.py`).
+`paper` reproduces the papers' tables: the budget is measured with the paper's formula (DPSD Theorem 1 for data
+mode, Theorem 2's per-query label-DP reading for label mode); the sound epsilon is still computed and reported
+next to it, because the paper's figure is not a guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from dpdistill.errors import BudgetExceededError, PrivacyParameterError
+from dpdistill.privacy.accounting import (
+    ACCOUNTANT_NAME,
+    GaussianQuery,
+    PrivacyLedger,
+    QuerySpec,
+    RandomizedResponseQuery,
+    calibrate_gaussian,
+    calibrate_randomized_response,
+    composed_epsilon,
+    composed_epsilon_rdp,
+    max_queries,
+    paper_epsilon_dpsd_data,
+    validate_delta,
+    validate_epsilon,
+)
+
+PrivacyMode = Literal["data", "label", "none"]
+Accounting = Literal["sound", "paper"]
+
+
+@dataclass(frozen=True)
+class PrivacyRequest:
+    """What the user asked for: a mode, a budget, and optionally a fixed noise level."""
+
+    mode: PrivacyMode
+    epsilon: float | None
+    delta: float = 1e-5
+    accounting: Accounting = "sound"
+    sigma: float | None = None  # data mode: noise std is sigma * beta; None = calibrate to the budget
+    beta: float = 1e-3  # data mode: bound on each answer's L2 norm
+    epsilon0: float | None = None  # label mode: per-query randomized-response epsilon; None = calibrate
+    num_candidates: int = 3  # label mode: k, the size of the candidate set
+    sensitivity_factor: float = 2.0  # answers of norm <= beta differ by <= 2 beta between any two teachers
+
+    def validate(self, num_classes: int) -> None:
+        if self.mode not in ("data", "label", "none"):
+            raise PrivacyParameterError(f"unknown privacy mode {self.mode!r}: choose data, label or none")
+        if self.accounting not in ("sound", "paper"):
+            raise PrivacyParameterError(f"unknown accounting {self.accounting!r}: choose sound or paper")
+        if self.mode == "none":
+            return
+        if self.epsilon is None:
+            raise PrivacyParameterError("a privacy budget --epsilon is required (or --privacy none)")
+        validate_epsilon(self.epsilon)
+        validate_delta(self.delta)
+        if self.sigma is not None and not (self.sigma > 0 and math.isfinite(self.sigma)):
+            raise PrivacyParameterError(f"sigma must be positive, got {self.sigma}")
+        if not self.beta > 0:
+            raise PrivacyParameterError(f"the norm bound beta must be positive, got {self.beta}")
+        if self.epsilon0 is not None:
+            validate_epsilon(self.epsilon0)
+        if not 2 <= self.num_candidates <= num_classes:
+            raise PrivacyParameterError(
+                f"top-k must be between 2 and the number of classes ({num_classes}), got {self.num_candidates}"
+            )
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """A mechanism fixed for a run, how many queries it may answer, and how to report what it spent."""
+
+    request: PrivacyRequest
+    query: QuerySpec | None
+    planned_queries: int
+    max_queries: int
+    num_classes: int
+    batch_size: int
+
+    @property
+    def sigma(self) -> float | None:
+        if isinstance(self.query, GaussianQuery):
+            return self.query.noise_multiplier * self.request.sensitivity_factor
+        return None
+
+    @property
+    def epsilon0(self) -> float | None:
+        return self.query.epsilon0 if isinstance(self.query, RandomizedResponseQuery) else None
+
+    def ledger(self, answered: int = 0) -> PrivacyLedger | None:
+        if self.query is None:
+            return None
+        return PrivacyLedger(self.query, self.max_queries, answered)
+
+    def paper_epsilon(self, answered: int) -> float | None:
+        """The seed paper's figure for `answered` queries (not a guarantee)."""
+        if self.query is None:
+            return None
+        if isinstance(self.query, RandomizedResponseQuery):
+            return self.query.epsilon0
+        iterations = answered / self.batch_size
+        return paper_epsilon_dpsd_data(self.request.beta, self.num_classes, self.batch_size, iterations,
+                                       self.sigma, self.request.delta)
+
+    def summary(self, answered: int) -> dict:
+        """The `privacy` section of a report."""
+        request = self.request
+        if self.query is None:
+            return {"mode": "none", "epsilon": math.inf, "delta": None, "queries": answered,
+                    "guarantee": "none: the student is trained on the teacher's unprotected answers"}
+        summary = {
+            "mode": request.mode,
+            "epsilon": composed_epsilon(self.query, answered, request.delta),
+            "epsilon_rdp": composed_epsilon_rdp(self.query, answered, request.delta),
+            "delta": request.delta,
+            "accountant": ACCOUNTANT_NAME,
+            "accounting": request.accounting,
+            "budget_epsilon": request.epsilon,
+            "queries": answered,
+            "max_queries": self.max_queries,
+            "paper_epsilon": self.paper_epsilon(answered),
+            "paper_epsilon_label": ("paper formula (DPSD Theorem 1), NOT a guarantee" if request.mode == "data"
+                                    else "paper reading (DPSD Theorem 2: per-query eps0), NOT a guarantee"),
+        }
+        if request.mode == "data":
+            summary.update(sigma=self.sigma, beta=request.beta, noise_std=self.sigma * request.beta,
+                           noise_multiplier=self.query.noise_multiplier)
+        else:
+            summary.update(epsilon0=self.query.epsilon0, num_candidates=self.query.num_candidates,
+                           label_dp_per_query_epsilon=self.query.epsilon0)
+        return summary
+
+
+def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> PrivacyPlan:
+    """Fix the mechanism for `iterations` x `batch_size` queries; refuse plans that cannot meet the budget."""
+    request.validate(num_classes)
+    planned = batch_size * iterations
+    if request.mode == "none":
+        return PrivacyPlan(request, None, planned, planned, num_classes, batch_size)
+    query = _choose_query(request, num_classes, batch_size, iterations)
+    if request.accounting == "paper":
+        cap = _paper_max_queries(request, query, num_classes, batch_size, planned)
+    else:
+        cap = max_queries(query, request.epsilon, request.delta, upper=max(planned, 1) * 4)
+    if cap < planned:
+        spent = composed_epsilon(query, planned, request.delta)
+        raise BudgetExceededError(
+            f"the plan needs {planned} teacher queries ({iterations} iterations x batch {batch_size}), which would "
+            f"spend epsilon={spent:.4g} ({request.accounting} accounting) > budget {request.epsilon}; the budget "
+            f"affords {cap} queries ({cap // batch_size} iterations). Lower --iterations, raise --sigma, "
+            f"or leave --sigma/--epsilon0 unset to calibrate the noise to the budget."
+        )
+    return PrivacyPlan(request, query, planned, cap, num_classes, batch_size)
+
+
+def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> QuerySpec:
+    planned = batch_size * iterations
+    if request.mode == "data":
+        if request.sigma is not None:
+            return GaussianQuery(request.sigma / request.sensitivity_factor)
+        if request.accounting == "paper":
+            raise PrivacyParameterError("paper accounting needs a fixed --sigma (the paper preset sets 100)")
+        return calibrate_gaussian(planned, request.epsilon, request.delta)
+    if request.epsilon0 is not None:
+        return RandomizedResponseQuery(request.epsilon0, request.num_candidates)
+    if request.accounting == "paper":
+        # The paper's reading: each label is eps-label-DP, whatever the number of queries.
+        return RandomizedResponseQuery(request.epsilon, request.num_candidates)
+    return calibrate_randomized_response(planned, request.num_candidates, request.epsilon, request.delta)
+
+
+def _paper_max_queries(request: PrivacyRequest, query: QuerySpec, num_classes: int, batch_size: int,
+                       planned: int) -> int:
+    """Queries allowed when the budget is measured with the paper's formula (reproduction only)."""
+    if isinstance(query, RandomizedResponseQuery):
+        return planned if query.epsilon0 <= request.epsilon else 0
+    sigma = query.noise_multiplier * request.sensitivity_factor
+    iterations = planned // batch_size
+    fits = paper_epsilon_dpsd_data(request.beta, num_classes, batch_size, iterations, sigma, request.delta)
+    return planned if fits <= request.epsilon else 0

@@ -1,0 +1,162 @@
+"""Reports a person can read (Markdown with figures) and a machine can parse (JSON), from one dict."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Atomic JSON write; infinities become the string 'inf' so the file stays standard JSON."""
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(json.dumps(_jsonable(payload), indent=2))
+    os.replace(temporary, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
+    """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels."""
+    images = ((images.detach().cpu().float().clamp(-1, 1) + 1) / 2)
+    count = len(images)
+    rows = max(1, math.ceil(count / columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(columns * 0.6, rows * 0.6 + (0.2 if labels else 0)))
+    for index, axis in enumerate(axes.flat if hasattr(axes, "flat") else [axes]):
+        axis.axis("off")
+        if index >= count:
+            continue
+        picture = images[index]
+        if picture.shape[0] == 1:
+            axis.imshow(picture[0], cmap="gray", vmin=0, vmax=1)
+        else:
+            axis.imshow(picture.permute(1, 2, 0))
+        if labels is not None:
+            axis.set_title(str(labels[index]), fontsize=6, pad=1)
+    figure.tight_layout(pad=0.1)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def save_training_curve(history: list[dict], path: Path) -> None:
+    """Student test accuracy and losses over iterations."""
+    evaluated = [record for record in history if record.get("student_accuracy") is not None]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+    left.plot([r["iteration"] for r in evaluated], [100 * r["student_accuracy"] for r in evaluated], marker="o")
+    left.set_xlabel("iteration")
+    left.set_ylabel("student test accuracy (%)")
+    left.grid(alpha=0.3)
+    right.plot([r["iteration"] for r in history], [r["student_loss"] for r in history], label="student")
+    right.plot([r["iteration"] for r in history], [r["generator_loss"] for r in history], label="generator")
+    right.set_xlabel("iteration")
+    right.set_ylabel("loss")
+    right.legend()
+    right.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return str(value)
+
+
+def privacy_statement(privacy: dict[str, Any]) -> str:
+    """Plain words on what the epsilon covers."""
+    mode = privacy.get("mode")
+    if mode == "none":
+        return "**No privacy guarantee.** The student learned from the teacher's unprotected answers."
+    unit = "one private training example" if mode == "data" else "the label of one private training example"
+    covered = privacy.get("covered", "the student and the generator")
+    return (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to {unit}: "
+            f"{privacy['queries']} teacher answers, each protected by the mechanism and composed with the "
+            f"{privacy['accountant']}. Covered: {covered}. The teacher itself is not private and must not be "
+            f"released.")
+
+
+def transcription_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a transcription run."""
+    privacy = report["privacy"]
+    accuracy = report["accuracy"]
+    lines = [
+        f"# dpdistill report: {report['method'].upper()} ({report['privacy_mode']} privacy) on {report['dataset']}",
+        "",
+        privacy_statement(privacy),
+        "",
+        "| quantity | value |",
+        "| --- | --- |",
+        f"| student accuracy (real test set) | {_percent(accuracy['student'])} |",
+        f"| teacher accuracy (real test set) | {_percent(accuracy['teacher'])} |",
+        f"| epsilon (sound, {privacy.get('accountant', 'n/a')}) | {_number(privacy.get('epsilon'))} |",
+        f"| epsilon (RDP cross-check) | {_number(privacy.get('epsilon_rdp'))} |",
+        f"| delta | {_number(privacy.get('delta'))} |",
+        f"| budget (as requested, {privacy.get('accounting', 'sound')} accounting) | "
+        f"{_number(privacy.get('budget_epsilon'))} |",
+        f"| paper_epsilon ({privacy.get('paper_epsilon_label', 'n/a')}) | {_number(privacy.get('paper_epsilon'))} |",
+        f"| teacher queries | {privacy.get('queries')} |",
+    ]
+    for key in ("sigma", "beta", "noise_std", "epsilon0", "num_candidates"):
+        if key in privacy:
+            lines.append(f"| {key} | {_number(privacy[key])} |")
+    timing = report["timing"]
+    lines += [
+        f"| wall time | {timing['wall_seconds']:.1f} s |",
+        f"| samples per second | {_number(timing.get('samples_per_second'))} |",
+        "",
+        "## Synthetic samples from the private generator",
+        "",
+        "![synthetic samples](samples.png)",
+        "",
+        "Titles are the student's predicted classes.",
+        "",
+        "## Training",
+        "",
+        "![training curve](training.png)",
+        "",
+        "Time per phase: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in timing.get("phases", {}).items()),
+        "",
+        "## Configuration",
+        "",
+        "```json",
+        json.dumps(_jsonable(report["config"]), indent=2),
+        "```",
+        "",
+        f"Seed {report['seed']}. Every figure above is also in `report.json`.",
+    ]
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_transcription_report(out_dir: Path, report: dict[str, Any], samples: Tensor, sample_labels: list[int],
+                               history: list[dict]) -> None:
+    """report.json, report.md, samples.png and training.png in `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_image_grid(samples, out_dir / "samples.png", labels=sample_labels)
+    save_training_curve(history, out_dir / "training.png")
+    write_json(out_dir / "report.json", report)
+    (out_dir / "report.md").write_text(transcription_markdown(report))

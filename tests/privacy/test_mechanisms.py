@@ -1,0 +1,102 @@
+"""Statistical checks of the mechanisms: bounds hold, noise has the stated scale, RR has its probabilities."""
+
+import math
+
+import pytest
+import torch
+
+from dpdistill.errors import PrivacyParameterError
+from dpdistill.privacy.mechanisms import (
+    bounded_output_gradient,
+    clip_rows,
+    gaussian_noise,
+    normalize_rows,
+    randomized_response_probabilities,
+    selective_randomized_response,
+    top_k_mask,
+)
+
+
+def test_normalized_rows_never_exceed_bound_and_keep_direction():
+    rows = torch.cat([torch.randn(500, 10) * 1e3, torch.randn(500, 10) * 1e-6, torch.zeros(1, 10)])
+    out = normalize_rows(rows, bound=0.005)
+    assert (out.norm(dim=1) <= 0.005).all()
+    big = out[:500]
+    assert torch.allclose(big.norm(dim=1), torch.full((500,), 0.005), rtol=1e-6)
+    cosine = torch.nn.functional.cosine_similarity(big, rows[:500], dim=1)
+    assert torch.allclose(cosine, torch.ones(500), atol=1e-5)
+
+
+def test_clipping_bounds_large_rows_and_leaves_small_ones():
+    rows = torch.cat([torch.randn(100, 5) * 100, torch.randn(100, 5) * 1e-3])
+    out = clip_rows(rows, bound=1.0)
+    assert (out.norm(dim=1) <= 1.0).all()
+    assert torch.equal(out[100:], rows[100:])
+
+
+def test_top_k_mask_keeps_largest_magnitudes():
+    values = torch.tensor([[0.1, -5.0, 2.0, 0.0], [3.0, 1.0, -0.5, 4.0]])
+    mask = top_k_mask(values, 2)
+    assert mask.tolist() == [[False, True, True, False], [True, False, False, True]]
+    with pytest.raises(PrivacyParameterError):
+        top_k_mask(values, 5)
+
+
+def test_bounded_gradient_with_top_k_has_k_nonzeros_and_bounded_norm():
+    grads = torch.randn(300, 10)
+    out = bounded_output_gradient(grads, bound=1e-3, top_k=3)
+    assert ((out != 0).sum(dim=1) == 3).all()
+    assert (out.norm(dim=1) <= 1e-3).all()
+    with pytest.raises(PrivacyParameterError):
+        bounded_output_gradient(grads, bound=0.0, top_k=3)
+    with pytest.raises(PrivacyParameterError):
+        bounded_output_gradient(grads, bound=1.0, top_k=3, operation="scale")
+
+
+def test_gaussian_noise_has_requested_std_and_zero_mean():
+    generator = torch.Generator().manual_seed(0)
+    noise = gaussian_noise((400_000,), std=0.37, generator=generator)
+    assert abs(noise.std().item() - 0.37) < 0.37 * 0.01
+    assert abs(noise.mean().item()) < 5 * 0.37 / math.sqrt(400_000)
+
+
+def test_gaussian_noise_is_reproducible_from_seed():
+    a = gaussian_noise((10,), 1.0, torch.Generator().manual_seed(3))
+    b = gaussian_noise((10,), 1.0, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def test_randomized_response_probabilities_sum_to_one():
+    p_true, p_other = randomized_response_probabilities(1.0, 3)
+    assert p_true == pytest.approx(math.e / (math.e + 2))
+    assert p_true + 2 * p_other == pytest.approx(1.0)
+    with pytest.raises(PrivacyParameterError):
+        randomized_response_probabilities(0.0, 3)
+    with pytest.raises(PrivacyParameterError):
+        randomized_response_probabilities(1.0, 1)
+
+
+def _frequencies(labels: torch.Tensor, classes: list[int]) -> list[float]:
+    return [(labels == c).float().mean().item() for c in classes]
+
+
+def test_selective_rr_frequencies_match_probabilities_when_label_is_a_candidate():
+    n = 60_000
+    candidates = torch.tensor([[4, 7, 1]]).repeat(n, 1)
+    true = torch.full((n,), 7)
+    out = selective_randomized_response(true, candidates, epsilon0=1.0, generator=torch.Generator().manual_seed(1))
+    p_true, p_other = randomized_response_probabilities(1.0, 3)
+    tolerance = 5 * math.sqrt(0.25 / n)
+    for observed, expected in zip(_frequencies(out, [7, 4, 1]), [p_true, p_other, p_other]):
+        assert abs(observed - expected) < tolerance
+    assert set(out.unique().tolist()) <= {1, 4, 7}
+
+
+def test_selective_rr_is_uniform_over_candidates_when_label_is_not_one():
+    n = 60_000
+    candidates = torch.tensor([[0, 2, 5]]).repeat(n, 1)
+    true = torch.full((n,), 9)
+    out = selective_randomized_response(true, candidates, epsilon0=3.0, generator=torch.Generator().manual_seed(2))
+    tolerance = 5 * math.sqrt(0.25 / n)
+    for observed in _frequencies(out, [0, 2, 5]):
+        assert abs(observed - 1 / 3) < tolerance
