@@ -8,23 +8,21 @@ from dpdistill.models.base import Classifier
 
 
 class ConvNet(Classifier):
-    """Teacher default: three 3x3 conv blocks with BatchNorm; max-pool after the first two while size allows.
-
-    32-64-64 channels reach about 91% on Fashion-MNIST in 5 epochs at about 25 s per epoch on 2 CPU cores.
-    """
+    """Teacher default: three 3x3 conv blocks with BatchNorm, each max-pooled while the map is at least 4 wide,
+    flattened into a linear classifier (32-64-64 channels: 28 -> 14 -> 7 -> 3 pixels)."""
 
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: tuple[int, ...] = (32, 64, 64)) -> None:
         super().__init__()
         channels, size = in_shape[0], min(in_shape[1:])
         layers: list[nn.Module] = []
-        for index, out_channels in enumerate(width):
+        for out_channels in width:
             layers += [nn.Conv2d(channels, out_channels, 3, padding=1), nn.BatchNorm2d(out_channels), nn.ReLU()]
-            if index < len(width) - 1 and size >= 4:
+            if size >= 4:
                 layers.append(nn.MaxPool2d(2))
                 size //= 2
             channels = out_channels
-        self.backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Linear(channels, num_classes)
+        self.backbone = nn.Sequential(*layers, nn.Flatten())
+        self.head = nn.Linear(channels * size * size, num_classes)
 
     def features(self, x: Tensor) -> Tensor:
         return self.backbone(x)

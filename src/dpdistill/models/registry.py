@@ -30,7 +30,9 @@ class ForeignClassifier(Classifier):
         if not linears:
             raise ConfigError("a user model needs a final nn.Linear layer (its input is used as the features)")
         self.module = module
-        self._head = linears[-1]
+        # Not registered as a submodule: it already lives inside `module`, and a second name for the same
+        # weights would make the checkpoint hold shared tensors.
+        object.__setattr__(self, "_head", linears[-1])
 
     def features(self, x: Tensor) -> Tensor:
         captured: list[Tensor] = []
@@ -68,8 +70,11 @@ def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int
             raise ConfigError(f"architecture {arch!r} returned {type(model).__name__}, not a torch.nn.Module")
         if not isinstance(model, Classifier):
             model = ForeignClassifier(model)
-        with torch.no_grad():
-            logits = model(torch.zeros(2, *in_shape))
+        try:
+            with torch.no_grad():
+                logits = model(torch.zeros(2, *in_shape))
+        except RuntimeError as error:
+            raise ConfigError(f"architecture {arch!r} fails on inputs of shape {in_shape}: {error}") from error
         if tuple(logits.shape) != (2, num_classes):
             raise ConfigError(f"architecture {arch!r} gives outputs of shape {tuple(logits.shape)} for a batch of 2, "
                               f"expected (2, {num_classes})")

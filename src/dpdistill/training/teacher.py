@@ -27,11 +27,13 @@ class TeacherConfig:
 
 def train_classifier(dataset: ImageDataset, config: TeacherConfig,
                      progress: Callable[[dict], None] | None = None) -> tuple[Classifier, dict]:
-    """Train `config.arch` on the dataset's training split with Adam; report test accuracy per epoch."""
+    """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch."""
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     model = build_classifier(config.arch, dataset.input_shape, dataset.num_classes).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    steps_per_epoch = -(-len(dataset.x_train) // config.batch_size)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs * steps_per_epoch)
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
     history = []
@@ -45,6 +47,7 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig,
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            schedule.step()
             total_loss += loss.item() * len(index)
         record = {"epoch": epoch, "train_loss": total_loss / len(order),
                   "test_accuracy": accuracy(model, dataset.x_test, dataset.y_test, device=device)}

@@ -1,0 +1,22 @@
+"""Shared fixtures: one small digits teacher per test session (trained once, about 10 seconds)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpdistill.pipeline import train_teacher
+from dpdistill.training.teacher import TeacherConfig
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _two_threads():
+    torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def digits_teacher(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("teacher")
+    report = train_teacher("digits", directory, TeacherConfig(arch="cnn", epochs=6, batch_size=64))
+    assert report["accuracy"]["teacher"] > 0.9
+    return directory

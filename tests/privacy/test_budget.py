@@ -1,0 +1,65 @@
+"""Planning a run's privacy: calibration to the budget, refusal of plans that overspend, paper accounting."""
+
+import pytest
+
+from dpdistill.errors import BudgetExceededError, PrivacyParameterError
+from dpdistill.privacy.budget import PrivacyRequest, plan_privacy
+
+
+def test_sound_data_plan_calibrates_sigma_and_fits_the_budget():
+    plan = plan_privacy(PrivacyRequest("data", epsilon=1.0), num_classes=10, batch_size=256, iterations=200)
+    assert plan.sigma == pytest.approx(1688, rel=0.002)
+    summary = plan.summary(plan.planned_queries)
+    assert summary["epsilon"] <= 1.0
+    assert plan.max_queries >= plan.planned_queries
+
+
+def test_fixed_sigma_that_overspends_is_refused_before_any_query():
+    with pytest.raises(BudgetExceededError, match="affords"):
+        plan_privacy(PrivacyRequest("data", epsilon=1.0, sigma=100.0), 10, 256, 200)
+
+
+def test_ledger_from_plan_stops_at_the_budget():
+    plan = plan_privacy(PrivacyRequest("data", epsilon=4.44, sigma=100.0), 10, 256, 10)
+    ledger = plan.ledger()
+    for _ in range(10):
+        ledger.charge(256)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(plan.max_queries - ledger.answered + 1)
+
+
+def test_paper_accounting_reports_sound_epsilon_beside_the_paper_figure():
+    plan = plan_privacy(PrivacyRequest("data", epsilon=10.0, accounting="paper", sigma=100.0, beta=5e-3), 10, 256, 200)
+    summary = plan.summary(256 * 200)
+    assert summary["paper_epsilon"] == pytest.approx(0.261, abs=0.001)
+    assert summary["epsilon"] == pytest.approx(28.84, abs=0.01)
+    assert "NOT a guarantee" in summary["paper_epsilon_label"]
+
+
+def test_label_plans_sound_and_paper():
+    sound = plan_privacy(PrivacyRequest("label", epsilon=1.0), 10, 256, 200)
+    assert sound.epsilon0 == pytest.approx(0.00145, rel=0.01)
+    paper = plan_privacy(PrivacyRequest("label", epsilon=1.0, accounting="paper"), 10, 256, 200)
+    assert paper.epsilon0 == 1.0
+    assert paper.summary(256 * 200)["epsilon"] == pytest.approx(19424, rel=0.001)
+
+
+@pytest.mark.parametrize("request_", [
+    PrivacyRequest("data", epsilon=0.0),
+    PrivacyRequest("data", epsilon=-2.0),
+    PrivacyRequest("data", epsilon=1.0, delta=1.0),
+    PrivacyRequest("data", epsilon=1.0, delta=0.0),
+    PrivacyRequest("label", epsilon=1.0, num_candidates=11),
+    PrivacyRequest("label", epsilon=1.0, num_candidates=1),
+    PrivacyRequest("data", epsilon=None),
+    PrivacyRequest("data", epsilon=1.0, sigma=-1.0),
+])
+def test_impossible_parameters_are_refused(request_):
+    with pytest.raises(PrivacyParameterError):
+        plan_privacy(request_, 10, 16, 2)
+
+
+def test_no_privacy_has_no_guarantee():
+    plan = plan_privacy(PrivacyRequest("none", epsilon=None), 10, 16, 2)
+    assert plan.ledger() is None
+    assert plan.summary(32)["guarantee"].startswith("none")
