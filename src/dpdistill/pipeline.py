@@ -89,7 +89,7 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
         samples = result.generator(result.latents[:64])
     sample_labels = predict(result.student, samples).tolist()
     privacy = result.privacy_summary()
-    privacy["covered"] = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
+    privacy["covered"] = coverage(config)
     queries = max(result.answered, 1)
     report = {
         "method": config.method,
@@ -110,6 +110,16 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
     write_transcription_report(out_dir, report, samples, sample_labels, result.history)
     shutil.rmtree(out_dir / "resume", ignore_errors=True)
     return report
+
+
+def coverage(config: TranscriptionConfig) -> str:
+    """What the stated epsilon covers: only outputs that are post-processing of the noisy releases."""
+    if config.privacy.mode == "none":
+        return "nothing"
+    if config.discriminator == "teacher":
+        return ("NO formal guarantee for the student or the generator: the synthetic inputs depend on the "
+                "non-private teacher (DPSD-T); the stated epsilon covers only the teacher's answers given those inputs")
+    return "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 
 
 def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[str, Any]:

@@ -31,10 +31,14 @@ class TranscriptionConfig:
     temperature: float = 1.0
     student_arch: str = "datalens"
     student_lr: float = 1e-3
-    student_steps: int = 1  # student updates per batch of annotations (post-processing: free)
+    student_steps: int = 1  # student updates per batch of annotations (free; in data mode the soft targets are
+    # relative to the first forward pass, so further steps mostly undo the first one: keep 1 there)
     latent_dim: int = 100
     generator_width: tuple[int, int, int] = (128, 128, 64)
     generator_lr: float = 1e-2  # gamma_g
+    latents: str = "trainable"  # "trainable": DPSD's learned z (Alg. 1); "fresh": new z every iteration (DAFL)
+    generator_student_weight: float = 1.0  # weight of L_s in the generator's loss (DPSD Eq. 8: 1)
+    discriminator: str = "student"  # "teacher" = DPSD-T: better samples, but no formal guarantee (see report)
     one_hot_weight: float = 1.0
     entropy_weight: float = 5.0
     activation_weight: float = 0.1
@@ -61,6 +65,10 @@ class TranscriptionConfig:
             raise ConfigError(f"top-k must be between 1 and the number of classes ({num_classes}), got {self.top_k}")
         if self.distill_loss not in ("dkd", "kd"):
             raise ConfigError(f"unknown distillation loss {self.distill_loss!r}: choose dkd or kd")
+        if self.discriminator not in ("student", "teacher"):
+            raise ConfigError(f"unknown discriminator {self.discriminator!r}: choose student or teacher")
+        if self.latents not in ("trainable", "fresh"):
+            raise ConfigError(f"unknown latent mode {self.latents!r}: choose trainable or fresh")
         if self.gradient_operation not in ("normalize", "clip"):
             raise ConfigError(f"unknown gradient operation {self.gradient_operation!r}: choose normalize or clip")
         self.privacy.validate(num_classes)
@@ -82,7 +90,7 @@ def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> d
 
 def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
     """Small and fast: for the 8x8 digits demo and smoke tests on 2 CPU cores."""
-    return {"iterations": 150, "batch_size": 128, "generator_width": (64, 32, 16), "student_steps": 2,
+    return {"iterations": 150, "batch_size": 128, "generator_width": (64, 32, 16),
             "eval_every": 25, "checkpoint_every": 50}
 
 

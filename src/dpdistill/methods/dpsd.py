@@ -108,6 +108,9 @@ class DPSDTranscriber:
         config = self.config
         clock = time.perf_counter()
         self.generator.train()
+        if config.latents == "fresh":
+            with torch.no_grad():
+                self.latents.normal_()
         images = self.generator(self.latents)
         detached = images.detach()
         with torch.no_grad():
@@ -130,10 +133,12 @@ class DPSDTranscriber:
 
         self.student.eval()
         self.student.requires_grad_(False)
-        features = self.student.features(images)
-        logits = self.student.classify(features)
+        discriminator = self.teacher if config.discriminator == "teacher" else self.student
+        features = discriminator.features(images)
+        logits = discriminator.classify(features)
+        student_logits = logits if discriminator is self.student else self.student(images)
         generator_terms = {
-            "student": soft_cross_entropy(logits, targets).mean(),
+            "student": config.generator_student_weight * soft_cross_entropy(student_logits, targets).mean(),
             "one_hot": config.one_hot_weight * one_hot_loss(logits),
             "entropy": config.entropy_weight * information_entropy_loss(logits),
             "activation": config.activation_weight * activation_loss(features),

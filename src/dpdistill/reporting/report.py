@@ -44,9 +44,9 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
             continue
         picture = images[index]
         if picture.shape[0] == 1:
-            axis.imshow(picture[0], cmap="gray", vmin=0, vmax=1)
+            axis.imshow(picture[0].numpy(), cmap="gray", vmin=0, vmax=1)
         else:
-            axis.imshow(picture.permute(1, 2, 0))
+            axis.imshow(picture.permute(1, 2, 0).numpy())
         if labels is not None:
             axis.set_title(str(labels[index]), fontsize=6, pad=1)
     figure.tight_layout(pad=0.1)
@@ -91,7 +91,7 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
     if mode == "none":
         return "**No privacy guarantee.** The student learned from the teacher's unprotected answers."
     unit = "one private training example" if mode == "data" else "the label of one private training example"
-    covered = privacy.get("covered", "the student and the generator")
+    covered = privacy["covered"]
     return (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to {unit}: "
             f"{privacy['queries']} teacher answers, each protected by the mechanism and composed with the "
             f"{privacy['accountant']}. Covered: {covered}. The teacher itself is not private and must not be "

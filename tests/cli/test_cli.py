@@ -1,0 +1,93 @@
+"""The command line: working paths print results, user mistakes print one clear error and exit 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dpdistill.cli.main import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_data_list_shows_the_embedded_set():
+    result = invoke("data", "list")
+    assert result.exit_code == 0
+    assert "digits" in result.output and "fmnist" in result.output
+
+
+def test_evaluate_a_teacher(digits_teacher: Path):
+    result = invoke("evaluate", "--model", digits_teacher, "--dataset", "digits")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["accuracy"] > 0.9
+
+
+def test_transcribe_writes_a_report(digits_teacher: Path, tmp_path: Path):
+    result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--privacy", "label",
+                    "--epsilon", "5", "--preset", "demo", "--iterations", "6", "--batch-size", "32")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["privacy"]["epsilon"] <= 5
+    assert report["config"]["iterations"] == 6
+    evaluated = invoke("evaluate", "--model", tmp_path, "--dataset", "digits")
+    assert evaluated.exit_code == 0, evaluated.output
+
+
+def _transcribe(teacher: Path, out: Path, *extra: str):
+    return invoke("transcribe", "--teacher", teacher, "--out", out, "--iterations", "2", "--batch-size", "8", *extra)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--epsilon", "0"), "epsilon must be positive"),
+    (("--epsilon", "-1"), "epsilon must be positive"),
+    (("--epsilon", "1", "--delta", "1.5"), "delta must be in (0, 1)"),
+    (("--epsilon", "1", "--delta", "0"), "delta must be in (0, 1)"),
+    (("--epsilon", "1", "--top-k", "11"), "top-k"),
+    (("--epsilon", "1", "--dataset", "nope"), "unknown dataset"),
+    (("--epsilon", "1", "--dataset", "fmnist"), "expects"),
+    (("--epsilon", "1", "--sigma", "1", "--iterations", "500"), "budget"),
+    (("--epsilon", "1", "--preset", "fancy"), "unknown preset"),
+    (("--epsilon", "1", "--method", "magic"), "unknown method"),
+    ((), "epsilon"),
+])
+def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, extra, message):
+    if "fmnist" in extra and not Path("/usr/share/datasets/fashion-mnist").exists():
+        pytest.skip("fmnist not installed")
+    result = _transcribe(digits_teacher, tmp_path / "out", *extra)
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and message in result.output
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_missing_teacher(tmp_path: Path):
+    result = _transcribe(tmp_path / "absent", tmp_path / "out", "--epsilon", "1")
+    assert result.exit_code == 2
+    assert "train-teacher" in result.output
+
+
+def test_corrupt_teacher_checkpoint(digits_teacher: Path, tmp_path: Path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("meta.json", "model.json"):
+        (broken / name).write_text((digits_teacher / name).read_text())
+    (broken / "model.safetensors").write_bytes(b"PK\x03\x04 not safetensors at all" * 10)
+    result = _transcribe(broken, tmp_path / "out", "--epsilon", "1")
+    assert result.exit_code == 2
+    assert "safetensors" in result.output
+
+
+def test_train_teacher_on_unknown_dataset(tmp_path: Path):
+    result = invoke("train-teacher", "--dataset", "cifar-1000", "--out", tmp_path)
+    assert result.exit_code == 2
+    assert "unknown dataset" in result.output
+
+
+def test_resume_without_a_run(digits_teacher: Path, tmp_path: Path):
+    result = _transcribe(digits_teacher, tmp_path / "fresh", "--epsilon", "1", "--resume")
+    assert result.exit_code == 2
+    assert "nothing to resume" in result.output
