@@ -11,6 +11,8 @@ def main(paths: list[str]) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in paths:
         report = json.loads(Path(path).read_text())
+        if "privacy_mode" not in report:  # a teacher's report
+            continue
         p, a, t = report["privacy"], report["accuracy"], report["timing"]
         noise = f"sigma {p['sigma']:.4g}" if "sigma" in p else f"eps0 {p.get('epsilon0', 0):.4g}"
         print(f"| {Path(path).parent.name} | {report['privacy_mode']} | {p.get('accounting')} "

@@ -87,7 +87,7 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
 
     with torch.no_grad():
         samples = result.generator(result.latents[:64])
-    sample_labels = predict(result.student, samples).tolist()
+    sample_labels = predict(result.student, samples, device=config.device).tolist()
     privacy = result.privacy_summary()
     privacy["covered"] = coverage(config)
     queries = max(result.answered, 1)
@@ -98,7 +98,7 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
         "privacy": privacy,
         "accuracy": {
             "student": result.history[-1].get("student_accuracy") if result.history else None,
-            "teacher": accuracy(teacher, dataset.x_test, dataset.y_test) if dataset else None,
+            "teacher": accuracy(teacher, dataset.x_test, dataset.y_test, device=config.device) if dataset else None,
         },
         "timing": {"wall_seconds": result.wall_seconds, "samples_per_second": queries / max(result.wall_seconds, 1e-9),
                    "phases": result.phase_seconds},

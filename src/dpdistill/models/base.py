@@ -6,15 +6,21 @@ from torch import Tensor, nn
 
 
 class Classifier(nn.Module):
-    """forward(x) = classify(features(x)): methods need the backbone features (generator activation loss)."""
+    """forward(x) = classify(features(x)): methods need the backbone features (generator activation loss).
+
+    Built-in architectures set `self.backbone` (input -> flat features) and `self.head` (features -> logits).
+    """
+
+    backbone: nn.Module
+    head: nn.Module
 
     def features(self, x: Tensor) -> Tensor:
         """Flat (N, F) pre-classifier features."""
-        raise NotImplementedError
+        return self.backbone(x)
 
     def classify(self, features: Tensor) -> Tensor:
         """Logits (N, classes) from features."""
-        raise NotImplementedError
+        return self.head(features)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.classify(self.features(x))

@@ -24,12 +24,6 @@ class ConvNet(Classifier):
         self.backbone = nn.Sequential(*layers, nn.Flatten())
         self.head = nn.Linear(channels * size * size, num_classes)
 
-    def features(self, x: Tensor) -> Tensor:
-        return self.backbone(x)
-
-    def classify(self, features: Tensor) -> Tensor:
-        return self.head(features)
-
 
 class DataLensStudent(Classifier):
     """The student of DataLens and DPSD: Conv32-MaxPool-Dropout0.2-Conv64-Dropout0.25-Dense64-Dense(classes)."""
@@ -43,12 +37,6 @@ class DataLensStudent(Classifier):
             nn.Linear(64 * (height // 2) * (width // 2), 64), nn.ReLU(),
         )
         self.head = nn.Linear(64, num_classes)
-
-    def features(self, x: Tensor) -> Tensor:
-        return self.backbone(x)
-
-    def classify(self, features: Tensor) -> Tensor:
-        return self.head(features)
 
 
 class BasicBlock(nn.Module):
@@ -83,12 +71,6 @@ class ResNet(Classifier):
                 channels = out_channels
         self.backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Linear(channels, num_classes)
-
-    def features(self, x: Tensor) -> Tensor:
-        return self.backbone(x)
-
-    def classify(self, features: Tensor) -> Tensor:
-        return self.head(features)
 
 
 def resnet18(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:
