@@ -50,7 +50,7 @@ def run_demo(out: Path, console: Console) -> dict[str, dict]:
         paper = "-" if privacy["mode"] == "none" else f"{privacy['paper_epsilon']:.3g}"
         table.add_row(title, f"{100 * reports[name]['accuracy']['student']:.1f}%", sound, paper,
                       str(out / name / "report.md"))
-    Console().print(table)
+    Console(width=max(Console().width, 130)).print(table)
     console.print("A single non-private teacher can pass little information at a sound epsilon of 10 "
                   "(see README, 'What epsilon means here'): the private students are expected to be weak.")
     return reports
