@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpdistill.losses.distillation import dkd_loss, kd_loss, soft_cross_entropy
+from dpdistill.losses.distillation import dkd_loss, inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import (
     BatchNormStatistics,
     activation_loss,
@@ -80,3 +80,11 @@ def test_batchnorm_statistics_are_zero_on_matching_data_and_hooks_are_removed():
         model(x + 1)
     assert stats.loss().item() > 1.0
     assert not layer._forward_hooks
+
+
+def test_inverse_class_frequency_gives_each_present_class_equal_total_weight():
+    targets = F.one_hot(torch.tensor([0, 0, 0, 1, 2, 2]), 4).float()
+    weights = inverse_class_frequency(targets)
+    assert weights.mean().item() == pytest.approx(1.0)
+    per_class = [weights[targets.argmax(1) == c].sum().item() for c in range(3)]
+    assert per_class == pytest.approx([per_class[0]] * 3)

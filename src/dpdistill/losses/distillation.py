@@ -43,3 +43,15 @@ def dkd_loss(student_logits: Tensor, teacher_logits: Tensor, target: Tensor, alp
 def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """Cross-entropy against soft targets (rows of probabilities), per sample."""
     return -(targets * F.log_softmax(logits, dim=1)).sum(dim=1)
+
+
+def inverse_class_frequency(targets: Tensor) -> Tensor:
+    """Per-sample weights 1 / (count of the sample's target class in the batch), normalised to mean 1.
+
+    Data-free generators tend to produce images the teacher puts in one class; without reweighting, the student
+    learns that class everywhere. The weights depend only on the (already privatised) targets.
+    """
+    classes = targets.argmax(dim=1)
+    counts = torch.bincount(classes, minlength=targets.shape[1]).float()
+    weights = 1.0 / counts[classes]
+    return weights / weights.mean()

@@ -38,6 +38,7 @@ class TranscriptionConfig:
     generator_lr: float = 1e-2  # gamma_g
     latents: str = "trainable"  # "trainable": DPSD's learned z (Alg. 1); "fresh": new z every iteration (DAFL)
     generator_student_weight: float = 1.0  # weight of L_s in the generator's loss (DPSD Eq. 8: 1)
+    class_balanced: bool = False  # weight each sample by 1 / (batch count of its target class): post-processing
     discriminator: str = "student"  # "teacher" = DPSD-T: better samples, but no formal guarantee (see report)
     one_hot_weight: float = 1.0
     entropy_weight: float = 5.0

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.losses.distillation import soft_cross_entropy
+from dpdistill.losses.distillation import inverse_class_frequency, soft_cross_entropy
 from dpdistill.losses.generator import activation_loss, information_entropy_loss, one_hot_loss
 from dpdistill.methods.annotation import (
     Annotator,
@@ -122,10 +122,11 @@ class DPSDTranscriber:
         targets = self.annotator.annotate(teacher_logits, student_logits)
         clock = _lap(timings, "annotate", clock)
 
-        student_loss = soft_cross_entropy(student_logits, targets).mean()
+        weights = inverse_class_frequency(targets) if config.class_balanced else torch.ones(len(targets), device=self.device)
+        student_loss = (soft_cross_entropy(student_logits, targets) * weights).mean()
         for repeat in range(config.student_steps):
             if repeat:
-                student_loss = soft_cross_entropy(self.student(detached), targets).mean()
+                student_loss = (soft_cross_entropy(self.student(detached), targets) * weights).mean()
             self.student_optimizer.zero_grad(set_to_none=True)
             student_loss.backward()
             self.student_optimizer.step()
@@ -138,7 +139,7 @@ class DPSDTranscriber:
         logits = discriminator.classify(features)
         student_logits = logits if discriminator is self.student else self.student(images)
         generator_terms = {
-            "student": config.generator_student_weight * soft_cross_entropy(student_logits, targets).mean(),
+            "student": config.generator_student_weight * (soft_cross_entropy(student_logits, targets) * weights).mean(),
             "one_hot": config.one_hot_weight * one_hot_loss(logits),
             "entropy": config.entropy_weight * information_entropy_loss(logits),
             "activation": config.activation_weight * activation_loss(features),
