@@ -90,10 +90,11 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
     mode = privacy.get("mode")
     if mode == "none":
         return "**No privacy guarantee.** The student learned from the teacher's unprotected answers."
-    unit = "one private training example" if mode == "data" else "the label of one private training example"
+    unit, notion = (("one private training example", "DP") if mode == "data"
+                    else ("the label of one private training example", "label-DP"))
     covered = privacy["covered"]
-    return (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to {unit}: "
-            f"{privacy['queries']} teacher answers, each protected by the mechanism and composed with the "
+    return (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-{notion}** with respect to {unit}: "
+            f"{privacy['queries']} teacher answers, each protected by the mechanism, composed with "
             f"{privacy['accountant']}. Covered: {covered}. The teacher itself is not private and must not be "
             f"released.")
 
