@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import shutil
 from pathlib import Path
@@ -51,6 +53,18 @@ def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> I
     return dataset
 
 
+@contextlib.contextmanager
+def _exclusive(out_dir: Path):
+    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another dpdistill run is writing to {out_dir}; wait for it or choose another --out") from None
+        yield
+
+
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
                resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Convert the teacher in `teacher_dir` into a private student and generator in `out_dir`.
@@ -58,6 +72,12 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
     The dataset is read only for its test split, to report accuracies. With `resume`, the configuration saved
     in `out_dir` is used and the run continues from its last checkpoint with the budget it had spent.
     """
+    with _exclusive(out_dir):
+        return _transcribe(teacher_dir, config, out_dir, dataset_name, resume, progress)
+
+
+def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None,
+                resume: bool, progress: Progress | None) -> dict[str, Any]:
     teacher, meta = load_classifier(teacher_dir)
     config_path = out_dir / "config.json"
     if resume:

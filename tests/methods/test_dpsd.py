@@ -92,3 +92,14 @@ def test_sound_epsilon_one_run_never_exceeds_one(digits_teacher: Path, tmp_path:
     report = transcribe(digits_teacher, _config("data", epsilon=1.0, iterations=20), tmp_path, "digits")
     assert report["privacy"]["epsilon"] <= 1.0
     assert report["privacy"]["epsilon"] > 0.99
+
+
+def test_two_runs_never_write_the_same_directory(digits_teacher: Path, tmp_path: Path):
+    import fcntl
+
+    tmp_path.mkdir(exist_ok=True)
+    with open(tmp_path / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match="another dpdistill run"):
+            transcribe(digits_teacher, _config("data", iterations=2), tmp_path, "digits")
+    assert not (tmp_path / "config.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -39,6 +40,7 @@ def clear_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             return command(*args, **kwargs)
         except DpDistillError as error:
@@ -49,6 +51,11 @@ def clear_errors(command: Callable) -> Callable:
             raise typer.Exit(code=130) from None
 
     return wrapper
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    """SIGTERM (a scheduler stopping the job) ends a run like Ctrl-C: the last checkpoint stays resumable."""
+    raise KeyboardInterrupt
 
 
 def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dict], None]]:
@@ -164,7 +171,7 @@ def print_summary(report: dict, out: Path) -> None:
     if privacy["mode"] == "none":
         table.add_row("privacy", "none")
     else:
-        table.add_row("epsilon (sound, PLD)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
+        table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
         table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
         table.add_row("teacher queries", str(privacy["queries"]))
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
