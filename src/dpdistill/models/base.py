@@ -24,3 +24,8 @@ class Classifier(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.classify(self.features(x))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable weights, for reports comparing teacher and student sizes."""
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)

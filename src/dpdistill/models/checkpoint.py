@@ -1,7 +1,12 @@
 """Checkpoints as safetensors (weights) + JSON (what they are): no pickle, so loading a file runs no code.
 
-A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory also holds `meta.json`, the
-same description under the name the product documents.
+A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (name "model") also holds
+`meta.json`, the same description under the name the product documents.
+
+The JSON description ("meta") holds `kind` ("classifier" or "generator") and what rebuilds the model:
+`arch`, `arch_options`, `in_shape`, `num_classes` for a classifier (`arch` may be a user's
+`module.path:callable`, re-imported on load); `latent_dim`, `out_shape`, `width` for a generator. Callers add
+provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -20,72 +25,110 @@ from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_classifier, build_generator
 
-
-def _write_atomically(path: Path, write: Any) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    write(temporary)
-    os.replace(temporary, path)
+TEACHER = "model"
 
 
-def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = "model") -> None:
-    """Write weights and description; an interrupted save never leaves a half-written file in place."""
+def _meta_names(name: str) -> list[str]:
+    return [f"{name}.json", "meta.json"] if name == TEACHER else [f"{name}.json"]
+
+
+def _write_atomically(writers: dict[Path, Callable[[Path], None]]) -> None:
+    """Write every file to a temporary name first, then rename each into place.
+
+    A crash while writing leaves the previous checkpoint untouched (and no partial file under a real name).
+    """
+    temporaries = {path: path.with_name(path.name + ".tmp") for path in writers}
+    try:
+        for path, write in writers.items():
+            write(temporaries[path])
+    except BaseException:
+        for temporary in temporaries.values():
+            temporary.unlink(missing_ok=True)
+        raise
+    for path, temporary in temporaries.items():
+        os.replace(temporary, path)
+
+
+def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER) -> None:
+    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys)."""
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
-    _write_atomically(directory / f"{name}.safetensors",
-                      lambda path: save_file(tensors, path, metadata={"format": "dpdistill", "kind": meta["kind"]}))
     text = json.dumps(meta, indent=2)
-    names = [f"{name}.json"] + (["meta.json"] if name == "model" else [])
-    for file_name in names:
-        _write_atomically(directory / file_name, lambda path: path.write_text(text))
+    writers: dict[Path, Callable[[Path], None]] = {
+        directory / f"{name}.safetensors":
+            lambda path: save_file(tensors, path, metadata={"format": "dpdistill", "kind": str(meta["kind"])}),
+    }
+    for file_name in _meta_names(name):
+        writers[directory / file_name] = lambda path: path.write_text(text)
+    _write_atomically(writers)
 
 
 def _read_meta(directory: Path, name: str) -> dict[str, Any]:
-    if not (directory / f"{name}.safetensors").exists():
-        hint = " train one with `dpdistill train-teacher`" if name == "model" else ""
-        raise CheckpointError(f"no model at {directory}: expected {directory / (name + '.safetensors')} and its "
-                              f"JSON description;{hint}")
-    for candidate in (directory / f"{name}.json", directory / "meta.json"):
+    weights = directory / f"{name}.safetensors"
+    if not weights.exists():
+        what, make = ("teacher", "train one with `dpdistill train-teacher`") if name == TEACHER else \
+            (name, "run `dpdistill transcribe` to make one")
+        expected = " and ".join(str(directory / file_name) for file_name in [weights.name, _meta_names(name)[-1]])
+        raise CheckpointError(f"no {what} at {directory}: expected {expected}; {make}")
+    for file_name in _meta_names(name):
+        candidate = directory / file_name
         if candidate.exists():
             try:
                 meta = json.loads(candidate.read_text())
-            except json.JSONDecodeError as error:
-                raise CheckpointError(f"{candidate} is not valid JSON ({error})") from error
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise CheckpointError(f"{candidate} is not valid JSON ({error}); restore it or save the model "
+                                      f"again") from error
             if not isinstance(meta, dict) or "kind" not in meta:
-                raise CheckpointError(f"{candidate} does not describe a dpdistill model (no 'kind')")
+                raise CheckpointError(f"{candidate} does not describe a dpdistill model (no 'kind' field)")
             return meta
-    raise CheckpointError(f"{directory} has {name}.safetensors but no {name}.json or meta.json describing it")
+    raise CheckpointError(f"{directory} has {weights.name} but no {' or '.join(_meta_names(name))} describing it; "
+                          f"copy the description file along with the weights, or save the model again")
+
+
+def _check_kind(meta: dict[str, Any], kind: str, directory: Path, name: str) -> None:
+    if meta["kind"] != kind:
+        raise CheckpointError(f"{directory / name}.safetensors holds a {meta['kind']}, not a {kind}; "
+                              f"point to the directory or name of a {kind}")
 
 
 def _load_weights(directory: Path, name: str, model: nn.Module, arch: str) -> None:
     path = directory / f"{name}.safetensors"
     try:
         tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path} is not a readable safetensors file ({error})") from error
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated, "
+                              f"save the model again") from error
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     mismatched = sorted(k for k in set(expected) & set(tensors) if expected[k].shape != tensors[k].shape)
     if missing or unexpected or mismatched:
         raise CheckpointError(
-            f"{path} does not fit architecture {arch!r} (a foreign or corrupt checkpoint): "
-            f"missing {missing[:3]}, unexpected {unexpected[:3]}, wrong shape {mismatched[:3]}"
+            f"{path} does not fit architecture {arch!r} named in its description (a foreign checkpoint, or "
+            f"weights and description from different models): missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}, wrong shape {mismatched[:3]}"
         )
     model.load_state_dict(tensors)
 
 
-def load_classifier(directory: Path, name: str = "model") -> tuple[Classifier, dict[str, Any]]:
+def _build(directory: Path, name: str, build: Callable[[], nn.Module]) -> Any:
+    """Rebuild the architecture a description names; a bad description is the checkpoint's fault."""
+    try:
+        return build()
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"the description of {directory / name}.safetensors lacks or garbles a field "
+                              f"({error!r})") from error
+    except ConfigError as error:
+        raise CheckpointError(f"the description of {directory / name}.safetensors names a model that cannot be "
+                              f"built: {error}") from error
+
+
+def load_classifier(directory: Path, name: str = TEACHER) -> tuple[Classifier, dict[str, Any]]:
     """A saved classifier in eval mode, with its description."""
     meta = _read_meta(directory, name)
-    if meta["kind"] != "classifier":
-        raise CheckpointError(f"{directory / name} is a {meta['kind']}, not a classifier")
-    try:
-        model = build_classifier(meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]),
-                                 **meta.get("arch_options", {}))
-    except (KeyError, TypeError) as error:
-        raise CheckpointError(f"{directory / name}.json lacks or garbles a field ({error})") from error
-    except ConfigError as error:
-        raise CheckpointError(f"{directory / name}: {error}") from error
+    _check_kind(meta, "classifier", directory, name)
+    model: Classifier = _build(directory, name, lambda: build_classifier(
+        meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]), **meta.get("arch_options", {})))
     _load_weights(directory, name, model, meta["arch"])
     return model.eval(), meta
 
@@ -93,11 +136,8 @@ def load_classifier(directory: Path, name: str = "model") -> tuple[Classifier, d
 def load_generator(directory: Path, name: str = "generator") -> tuple[Generator, dict[str, Any]]:
     """A saved generator in eval mode, with its description."""
     meta = _read_meta(directory, name)
-    if meta["kind"] != "generator":
-        raise CheckpointError(f"{directory / name} is a {meta['kind']}, not a generator")
-    try:
-        model = build_generator(int(meta["latent_dim"]), tuple(meta["out_shape"]), tuple(meta["width"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{directory / name}.json lacks or garbles a field ({error})") from error
+    _check_kind(meta, "generator", directory, name)
+    model: Generator = _build(directory, name, lambda: build_generator(
+        meta["latent_dim"], tuple(meta["out_shape"]), tuple(meta["width"])))
     _load_weights(directory, name, model, "generator")
     return model.eval(), meta

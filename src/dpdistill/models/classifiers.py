@@ -40,6 +40,8 @@ class DataLensStudent(Classifier):
 
 
 class BasicBlock(nn.Module):
+    """Two 3x3 convs with a residual connection (1x1 projection when the shape changes)."""
+
     def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
         super().__init__()
         self.body = nn.Sequential(
@@ -74,8 +76,10 @@ class ResNet(Classifier):
 
 
 def resnet18(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:
+    """ResNet-18; `width` is the stem's channel count (64 in the paper, small values for tests)."""
     return ResNet(in_shape, num_classes, (2, 2, 2, 2), width)
 
 
 def resnet34(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:
+    """ResNet-34; `width` as for resnet18."""
     return ResNet(in_shape, num_classes, (3, 4, 6, 3), width)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from dpdistill.errors import ConfigError
+
 
 class Generator(nn.Module):
     """Linear to width[0] x H/4 x W/4, then two (upsample x2, conv 3x3, BatchNorm, LeakyReLU) stages, conv, tanh.
@@ -14,9 +16,13 @@ class Generator(nn.Module):
 
     def __init__(self, latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int] = (128, 128, 64)) -> None:
         super().__init__()
+        if len(out_shape) != 3 or len(width) != 3:
+            raise ConfigError(f"generator needs out_shape (C, H, W) and width of 3 channel counts, "
+                              f"got out_shape={out_shape}, width={width}")
         channels, height, image_width = out_shape
         if height % 4 or image_width % 4:
-            raise ValueError(f"generator output height and width must be multiples of 4, got {out_shape}")
+            raise ConfigError(f"generator output height and width must be multiples of 4 (it upsamples twice), "
+                              f"got {out_shape}; resize the dataset images")
         self.latent_dim = latent_dim
         self.start = (width[0], height // 4, image_width // 4)
         self.project = nn.Sequential(nn.Linear(latent_dim, width[0] * (height // 4) * (image_width // 4)))

@@ -1,0 +1,71 @@
+"""Every architecture works at every supported input size and keeps forward == classify(features)."""
+
+import pytest
+import torch
+from torch import nn
+
+from dpdistill.errors import ConfigError
+from dpdistill.models import CLASSIFIERS, build_classifier, build_generator, count_parameters
+
+SMALL_OPTIONS = {"resnet18": {"width": 8}, "resnet34": {"width": 8}}
+
+
+@pytest.mark.parametrize("arch", sorted(CLASSIFIERS))
+@pytest.mark.parametrize("shape", [(1, 28, 28), (1, 8, 8), (3, 32, 32)])
+def test_classifiers_give_logits_and_features(arch, shape):
+    model = build_classifier(arch, shape, 7, **SMALL_OPTIONS.get(arch, {})).eval()
+    x = torch.randn(3, *shape)
+    features = model.features(x)
+    assert features.dim() == 2 and features.shape[0] == 3
+    logits = model(x)
+    assert logits.shape == (3, 7)
+    assert torch.equal(logits, model.classify(features))
+
+
+def test_classifiers_train_backward_on_tiny_batches():
+    """Gradients reach the first layer of every architecture (no detached features)."""
+    for arch in CLASSIFIERS:
+        model = build_classifier(arch, (1, 8, 8), 3, **SMALL_OPTIONS.get(arch, {})).train()
+        model(torch.randn(4, 1, 8, 8)).sum().backward()
+        first = next(p for p in model.parameters())
+        assert first.grad is not None and first.grad.abs().sum() > 0, arch
+
+
+def test_registered_option_that_does_not_exist_is_a_config_error():
+    with pytest.raises(ConfigError, match="does not accept options"):
+        build_classifier("datalens", (1, 8, 8), 10, width=8)
+
+
+def test_unknown_arch_names_every_choice():
+    with pytest.raises(ConfigError) as error:
+        build_classifier("vgg99", (1, 8, 8), 10)
+    assert all(name in str(error.value) for name in CLASSIFIERS)
+    assert "module.path:callable" in str(error.value)
+
+
+def test_input_shape_must_have_three_dimensions():
+    with pytest.raises(ConfigError, match="channels, height, width"):
+        build_classifier("cnn", (28, 28), 10)
+
+
+def test_count_parameters_counts_trainable_weights_only():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    assert count_parameters(model) == 3 * 4 + 4 + 4 * 2 + 2
+    model[0].requires_grad_(False)
+    assert count_parameters(model) == 4 * 2 + 2
+    assert count_parameters(build_classifier("resnet18", (3, 32, 32), 10, width=8)) > \
+        count_parameters(build_classifier("datalens", (1, 8, 8), 10))
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (1, 8, 8), (3, 32, 32)])
+def test_generator_shape_and_range(shape):
+    images = build_generator(16, shape, (16, 8, 4)).train()(torch.randn(5, 16) * 10)
+    assert images.shape == (5, *shape)
+    assert images.min() >= -1 and images.max() <= 1
+
+
+def test_generator_rejects_sizes_it_cannot_upsample_to():
+    with pytest.raises(ConfigError, match="multiples of 4"):
+        build_generator(16, (1, 30, 30), (16, 8, 4))
+    with pytest.raises(ConfigError, match="3 channel counts"):
+        build_generator(16, (1, 28, 28), (16, 8))
