@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import shutil
@@ -31,16 +32,20 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
     """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
     dataset = load_dataset(dataset_name)
     model, training = train_classifier(dataset, config, progress)
-    meta = {"kind": "classifier", "arch": config.arch, "arch_options": {}, "in_shape": list(dataset.input_shape),
-            "num_classes": dataset.num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
-            "dpdistill_version": __version__}
-    save_model(out_dir, model, meta)
-    report = {"dataset": dataset.describe(), "arch": config.arch, "config": vars(config) | {},
+    save_model(out_dir, model, _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
+    report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
     write_json(out_dir / "report.json", report)
     return report
+
+
+def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
+    """The description saved beside a classifier's weights, enough to rebuild it."""
+    return {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
+            "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
+            "dpdistill_version": __version__}
 
 
 def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
@@ -96,9 +101,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
     write_json(config_path, config.to_dict())
     result = transcriber.run(resume=resume)
 
-    student_meta = {"kind": "classifier", "arch": config.student_arch, "arch_options": {}, "in_shape": list(in_shape),
-                    "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
-                    "dpdistill_version": __version__}
+    student_meta = _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name)
     generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
                       "width": list(config.generator_width), "dataset": dataset_name, "dpdistill_version": __version__}
     save_model(out_dir, result.student, student_meta, name="student")

@@ -123,10 +123,15 @@ class DPSDTranscriber:
         clock = _lap(timings, "annotate", clock)
 
         weights = inverse_class_frequency(targets) if config.class_balanced else torch.ones(len(targets), device=self.device)
-        student_loss = (soft_cross_entropy(student_logits, targets) * weights).mean()
+
+        def fit_to_targets(logits: Tensor) -> Tensor:
+            """L_s of Eq. 7, optionally class-balanced: the student's and the generator's shared term."""
+            return (soft_cross_entropy(logits, targets) * weights).mean()
+
+        student_loss = fit_to_targets(student_logits)
         for repeat in range(config.student_steps):
             if repeat:
-                student_loss = (soft_cross_entropy(self.student(detached), targets) * weights).mean()
+                student_loss = fit_to_targets(self.student(detached))
             self.student_optimizer.zero_grad(set_to_none=True)
             student_loss.backward()
             self.student_optimizer.step()
@@ -139,7 +144,7 @@ class DPSDTranscriber:
         logits = discriminator.classify(features)
         student_logits = logits if discriminator is self.student else self.student(images)
         generator_terms = {
-            "student": config.generator_student_weight * (soft_cross_entropy(student_logits, targets) * weights).mean(),
+            "student": config.generator_student_weight * fit_to_targets(student_logits),
             "one_hot": config.one_hot_weight * one_hot_loss(logits),
             "entropy": config.entropy_weight * information_entropy_loss(logits),
             "activation": config.activation_weight * activation_loss(features),
