@@ -139,9 +139,10 @@ def coverage(config: TranscriptionConfig) -> str:
     """What the stated epsilon covers: only outputs that are post-processing of the noisy releases."""
     if config.privacy.mode == "none":
         return "nothing"
-    if config.discriminator == "teacher":
+    if config.generator_sees_teacher:
         return ("NO formal guarantee for the student or the generator: the synthetic inputs depend on the "
-                "non-private teacher (DPSD-T); the stated epsilon covers only the teacher's answers given those inputs")
+                "non-private teacher (teacher as discriminator or adversarial term); the stated epsilon covers only "
+                "the teacher's answers given those inputs")
     return "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 
 

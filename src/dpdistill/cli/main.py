@@ -69,6 +69,8 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss"))
         bar.update(task, completed=step, status=status)
+        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy")):
+            console.print(f"{description} {step}/{total} {status}", highlight=False)  # logs see progress too
 
     return bar, update
 
@@ -117,7 +119,9 @@ def transcribe_command(
     privacy: PrivacyModeOption = typer.Option(PrivacyModeOption.data, help="data, label, or none (no guarantee)"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound by default)"),
     delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
-    preset: Optional[str] = typer.Option(None, help="paper (seed settings) or demo (small and fast)"),
+    preset: Optional[str] = typer.Option(None, help="paper (seed settings), demo (small and fast), engine (the "
+                                                    "strongest data-free loop: NO guarantee), upper-bound (engine, "
+                                                    "1000 iterations; default for --privacy none); combine: paper,engine"),
     accounting: AccountingOption = typer.Option(AccountingOption.sound,
                                                 help="sound (dp-accounting) or paper (reproduce the papers' tables)"),
     iterations: Optional[int] = typer.Option(None, help="T"),
@@ -138,9 +142,10 @@ def transcribe_command(
     seed: Optional[int] = typer.Option(None),
     device: Optional[str] = typer.Option(None, help="cpu or cuda"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
+    set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
 ) -> None:
     """Convert a teacher into a differentially private student and generator."""
-    from dpdistill.methods.config import build_config
+    from dpdistill.methods.config import build_config, parse_assignments
     from dpdistill.pipeline import transcribe
 
     config = build_config(
@@ -148,7 +153,7 @@ def transcribe_command(
         {"method": method, "iterations": iterations, "batch_size": batch_size, "top_k": top_k, "seed": seed,
          "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
          "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
-         "class_balanced": class_balanced, "discriminator": discriminator},
+         "class_balanced": class_balanced, "discriminator": discriminator, **parse_assignments(set_)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )

@@ -32,8 +32,8 @@ class BatchNormStatistics:
     """Collects, during a discriminator forward pass, how far each BatchNorm layer's batch statistics are
     from its running statistics (DP-DFD's term); the sum is the loss. Use as a context manager."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self._layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    def __init__(self, model: nn.Module, enabled: bool = True) -> None:
+        self._layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] if enabled else []
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self.terms: list[Tensor] = []
 

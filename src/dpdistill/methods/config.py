@@ -31,11 +31,15 @@ class TranscriptionConfig:
     temperature: float = 1.0
     student_arch: str = "datalens"
     student_lr: float = 1e-3
-    student_steps: int = 1  # student updates per batch of annotations (free; in data mode the soft targets are
-    # relative to the first forward pass, so further steps mostly undo the first one: keep 1 there)
+    student_steps: int = 1  # student updates per iteration: the first on the fresh batch, the others on batches
+    # drawn from the replay buffer (free: post-processing of earlier answers)
+    student_schedule: str = "constant"  # or "cosine": the student's learning rate decays to 0 over the run
+    replay_size: int = 0  # annotated samples kept for the extra student steps (0: no buffer, extra steps reuse
+    # the fresh batch, whose data-mode targets are relative to the first forward pass)
     latent_dim: int = 100
     generator_width: tuple[int, int, int] = (128, 128, 64)
     generator_lr: float = 1e-2  # gamma_g
+    generator_beta1: float = 0.9  # Adam's first-moment decay for the generator (GAN practice: 0.5)
     latents: str = "trainable"  # "trainable": DPSD's learned z (Alg. 1); "fresh": new z every iteration (DAFL)
     generator_student_weight: float = 1.0  # weight of L_s in the generator's loss (DPSD Eq. 8: 1)
     class_balanced: bool = False  # weight each sample by 1 / (batch count of its target class): post-processing
@@ -43,6 +47,9 @@ class TranscriptionConfig:
     one_hot_weight: float = 1.0
     entropy_weight: float = 5.0
     activation_weight: float = 0.1
+    batchnorm_weight: float = 0.0  # match the discriminator's BatchNorm running statistics (DP-DFD, DeepInversion)
+    adversarial_weight: float = 0.0  # seek inputs where student and teacher disagree (DFAD): unprotected teacher
+    # access, so with a weight above 0 nothing is covered by the guarantee (like DPSD-T)
     eval_every: int = 20
     checkpoint_every: int = 20
     seed: int = 0
@@ -72,7 +79,20 @@ class TranscriptionConfig:
             raise ConfigError(f"unknown latent mode {self.latents!r}: choose trainable or fresh")
         if self.gradient_operation not in ("normalize", "clip"):
             raise ConfigError(f"unknown gradient operation {self.gradient_operation!r}: choose normalize or clip")
+        if self.student_schedule not in ("constant", "cosine"):
+            raise ConfigError(f"unknown student schedule {self.student_schedule!r}: choose constant or cosine")
+        for name in ("replay_size", "batchnorm_weight", "adversarial_weight", "one_hot_weight", "entropy_weight",
+                     "activation_weight", "generator_student_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if not 0 <= self.generator_beta1 < 1:
+            raise ConfigError(f"generator-beta1 must be in [0, 1), got {self.generator_beta1}")
         self.privacy.validate(num_classes)
+
+    @property
+    def generator_sees_teacher(self) -> bool:
+        """True when the generator learns from the unprotected teacher: its samples then carry no guarantee."""
+        return self.discriminator == "teacher" or self.adversarial_weight > 0
 
 
 def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
@@ -95,20 +115,66 @@ def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> di
             "eval_every": 25, "checkpoint_every": 50}
 
 
-PRESETS = {"paper": paper_preset, "demo": demo_preset}
+def engine_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
+    """The strongest data-free engine measured here (BENCHMARKS.md): the generator learns from the teacher
+    (BatchNorm statistics, confident and balanced classes) and seeks inputs where student and teacher disagree;
+    the student replays recent samples. The teacher is read without protection, so a private run with these
+    options carries no formal guarantee; combine with another preset as `paper,engine`."""
+    return {"discriminator": "teacher", "latents": "fresh", "generator_width": (64, 32, 16), "generator_lr": 1e-3,
+            "generator_beta1": 0.5, "batchnorm_weight": 1.0, "adversarial_weight": 1.0, "activation_weight": 0.0,
+            "generator_student_weight": 0.0, "replay_size": 20000, "student_steps": 8, "student_schedule": "cosine"}
+
+
+def upper_bound_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
+    """The non-private upper bound: the engine, run long enough to converge (the default of `--privacy none`)."""
+    return {**engine_preset(privacy_mode, epsilon, accounting), "iterations": 600, "temperature": 4.0, "eval_every": 100,
+            "checkpoint_every": 50}
+
+
+PRESETS = {"paper": paper_preset, "demo": demo_preset, "engine": engine_preset, "upper-bound": upper_bound_preset}
+DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named, per privacy mode
+
+
+def parse_assignments(assignments: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` options (the CLI's `--set`) as typed config overrides: every knob, without a flag for each."""
+    fields = {f.name: f for f in dataclasses.fields(TranscriptionConfig) if f.name != "privacy"}
+    defaults = TranscriptionConfig()
+    values: dict[str, Any] = {}
+    for assignment in assignments:
+        key, separator, text = assignment.partition("=")
+        key = key.strip().replace("-", "_")
+        if not separator or key not in fields:
+            raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
+        values[key] = _parse_value(key, text.strip(), getattr(defaults, key))
+    return values
+
+
+def _parse_value(key: str, text: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1", "yes")
+        if isinstance(default, tuple):
+            return tuple(int(part) for part in text.split(","))
+        return type(default)(text)
+    except ValueError:
+        raise ConfigError(f"{key} expects a value like {default!r}, got {text!r}") from None
 
 
 def build_config(preset: str | None, overrides: dict[str, Any], privacy_overrides: dict[str, Any]) -> TranscriptionConfig:
-    """Defaults, then the preset, then the user's explicit options (None means 'not given')."""
+    """Defaults, then the presets in order (`paper,engine`; without one: the mode's default), then the user's
+    explicit options (None means 'not given')."""
     mode = privacy_overrides.get("mode", "data")
     epsilon = privacy_overrides.get("epsilon")
     accounting = privacy_overrides.get("accounting") or "sound"
     values: dict[str, Any] = {}
     privacy_values: dict[str, Any] = {"mode": mode, "epsilon": epsilon}
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
-        preset_values = PRESETS[preset](mode, epsilon, accounting)
+    preset = preset if preset is not None else DEFAULT_PRESETS.get(mode)
+    for name in preset.split(",") if preset else ():
+        if name.strip() not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}: choose one or more (comma-separated) of {', '.join(PRESETS)}")
+        preset_values = PRESETS[name.strip()](mode, epsilon, accounting)
         privacy_values.update(preset_values.pop("privacy", {}))
         values.update(preset_values)
     values.update({k: v for k, v in overrides.items() if v is not None})

@@ -10,6 +10,7 @@ generator are post-processing of the mechanism's outputs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,8 +23,13 @@ from torch import Tensor, nn
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.losses.distillation import inverse_class_frequency, soft_cross_entropy
-from dpdistill.losses.generator import activation_loss, information_entropy_loss, one_hot_loss
+from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
+from dpdistill.losses.generator import (
+    BatchNormStatistics,
+    activation_loss,
+    information_entropy_loss,
+    one_hot_loss,
+)
 from dpdistill.methods.annotation import (
     Annotator,
     DistillationGradient,
@@ -82,10 +88,19 @@ class DPSDTranscriber:
         self.generator = build_generator(config.latent_dim, in_shape, config.generator_width).to(self.device)
         self.latents = torch.randn(config.batch_size, config.latent_dim, device=self.device, requires_grad=True)
         self.student_optimizer = torch.optim.Adam(self.student.parameters(), lr=config.student_lr)
-        self.generator_optimizer = torch.optim.Adam([*self.generator.parameters(), self.latents], lr=config.generator_lr)
+        self.generator_optimizer = torch.optim.Adam([*self.generator.parameters(), self.latents], lr=config.generator_lr,
+                                                    betas=(config.generator_beta1, 0.999))
+        self.replay = ReplayBuffer(config.replay_size) if config.replay_size else None
+        discriminator = self.teacher if config.discriminator == "teacher" else self.student
+        if config.batchnorm_weight > 0 and not any(isinstance(m, nn.BatchNorm2d) for m in discriminator.modules()):
+            raise ConfigError(f"batchnorm-weight needs a discriminator with BatchNorm layers; the {config.discriminator} "
+                              f"({type(discriminator).__name__}) has none")
         self.noise_generator = torch.Generator().manual_seed(config.seed + 1)
         self.ledger = self.plan.ledger()
         self.annotator = self._make_annotator(self.ledger)
+        # Without privacy the targets are the teacher's softmax at `temperature` (Hinton's KD): the student is then
+        # compared at the same temperature. Private targets are probabilities at temperature 1.
+        self.fit_temperature = config.temperature if config.privacy.mode == "none" else 1.0
         self.iteration = 0
         self.history: list[dict] = []
 
@@ -113,8 +128,13 @@ class DPSDTranscriber:
                 self.latents.normal_()
         images = self.generator(self.latents)
         detached = images.detach()
-        with torch.no_grad():
-            teacher_logits = self.teacher(detached)
+        teacher_view = None
+        if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
+            teacher_view = self._discriminate(self.teacher, images)
+            teacher_logits = teacher_view.logits.detach()
+        else:
+            with torch.no_grad():
+                teacher_logits = self.teacher(detached)
         clock = _lap(timings, "generate+teacher", clock)
 
         self.student.train()
@@ -122,33 +142,21 @@ class DPSDTranscriber:
         targets = self.annotator.annotate(teacher_logits, student_logits)
         clock = _lap(timings, "annotate", clock)
 
-        weights = inverse_class_frequency(targets) if config.class_balanced else torch.ones(len(targets), device=self.device)
-
-        def fit_to_targets(logits: Tensor) -> Tensor:
-            """L_s of Eq. 7, optionally class-balanced: the student's and the generator's shared term."""
-            return (soft_cross_entropy(logits, targets) * weights).mean()
-
-        student_loss = fit_to_targets(student_logits)
+        self._set_student_lr()
+        student_loss = self._fit_to_targets(student_logits, targets)
+        if self.replay is not None:
+            self.replay.add(detached, targets)
         for repeat in range(config.student_steps):
             if repeat:
-                student_loss = fit_to_targets(self.student(detached))
+                replay_images, replay_targets = (self.replay.sample(config.batch_size) if self.replay is not None
+                                                 else (detached, targets))
+                student_loss = self._fit_to_targets(self.student(replay_images), replay_targets)
             self.student_optimizer.zero_grad(set_to_none=True)
             student_loss.backward()
             self.student_optimizer.step()
         clock = _lap(timings, "student", clock)
 
-        self.student.eval()
-        self.student.requires_grad_(False)
-        discriminator = self.teacher if config.discriminator == "teacher" else self.student
-        features = discriminator.features(images)
-        logits = discriminator.classify(features)
-        student_logits = logits if discriminator is self.student else self.student(images)
-        generator_terms = {
-            "student": config.generator_student_weight * fit_to_targets(student_logits),
-            "one_hot": config.one_hot_weight * one_hot_loss(logits),
-            "entropy": config.entropy_weight * information_entropy_loss(logits),
-            "activation": config.activation_weight * activation_loss(features),
-        }
+        generator_terms = self._generator_terms(images, targets, teacher_view)
         generator_loss = sum(generator_terms.values())
         self.generator_optimizer.zero_grad(set_to_none=True)
         generator_loss.backward()
@@ -157,6 +165,49 @@ class DPSDTranscriber:
         _lap(timings, "generator", clock)
         return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(),
                 **{f"g_{name}": value.item() for name, value in generator_terms.items()}}
+
+    def _fit_to_targets(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """L_s of Eq. 7, optionally class-balanced: the student's and the generator's shared term."""
+        losses = soft_cross_entropy(logits / self.fit_temperature, targets)
+        if self.config.class_balanced:
+            losses = losses * inverse_class_frequency(targets)
+        return losses.mean()
+
+    def _set_student_lr(self) -> None:
+        """Cosine decay computed from the iteration alone, so a resumed run follows the same schedule."""
+        lr = self.config.student_lr
+        if self.config.student_schedule == "cosine":
+            lr *= 0.5 * (1 + math.cos(math.pi * self.iteration / self.config.iterations))
+        for group in self.student_optimizer.param_groups:
+            group["lr"] = lr
+
+    def _discriminate(self, model: Classifier, images: Tensor) -> "DiscriminatorView":
+        """A discriminator's features and logits on the generated images, with its BatchNorm-statistics term."""
+        with BatchNormStatistics(model, enabled=self.config.batchnorm_weight > 0) as batchnorm:
+            features = model.features(images)
+            logits = model.classify(features)
+        return DiscriminatorView(features, logits, batchnorm.loss() if batchnorm.terms else None)
+
+    def _generator_terms(self, images: Tensor, targets: Tensor, teacher_view: "DiscriminatorView | None") -> dict[str, Tensor]:
+        """DPSD Eq. 8 (L_s + L_g) plus the optional BatchNorm-statistics and adversarial terms."""
+        config = self.config
+        self.student.eval()
+        self.student.requires_grad_(False)
+        view = teacher_view if teacher_view is not None else self._discriminate(self.student, images)
+        student_logits = view.logits if teacher_view is None else self.student(images)
+        terms = {
+            "student": config.generator_student_weight * self._fit_to_targets(student_logits, targets),
+            "one_hot": config.one_hot_weight * one_hot_loss(view.logits),
+            "entropy": config.entropy_weight * information_entropy_loss(view.logits),
+            "activation": config.activation_weight * activation_loss(view.features),
+        }
+        if view.batchnorm is not None:
+            terms["batchnorm"] = config.batchnorm_weight * view.batchnorm
+        if config.adversarial_weight > 0:
+            teacher_logits = teacher_view.logits if teacher_view is not None else self.teacher(images)
+            divergence = kd_loss(student_logits, teacher_logits, self.fit_temperature) / self.fit_temperature**2
+            terms["adversarial"] = -config.adversarial_weight * divergence.mean()
+        return terms
 
     # --- the run -------------------------------------------------------------------------------------------
 
@@ -202,6 +253,7 @@ class DPSDTranscriber:
             "student_optimizer": self.student_optimizer.state_dict(),
             "generator_optimizer": self.generator_optimizer.state_dict(),
             "noise_rng": self.noise_generator.get_state(),
+            "replay": self.replay.state() if self.replay is not None else {},
             "torch_rng": torch.get_rng_state(),
             "history": self.history,
         })
@@ -216,11 +268,52 @@ class DPSDTranscriber:
         self.student_optimizer.load_state_dict(state["student_optimizer"])
         self.generator_optimizer.load_state_dict(state["generator_optimizer"])
         self.noise_generator.set_state(state["noise_rng"])
+        if self.replay is not None:
+            self.replay.restore(state["replay"])
         torch.set_rng_state(state["torch_rng"])
         self.iteration = state["iteration"]
         self.history = state["history"]
         if self.ledger is not None:
             self.ledger.answered = state["answered"]
+
+
+@dataclass
+class DiscriminatorView:
+    """What the generator's loss needs from one forward pass of its discriminator."""
+
+    features: Tensor
+    logits: Tensor
+    batchnorm: Tensor | None  # the BatchNorm-statistics term, when asked for
+
+
+class ReplayBuffer:
+    """The most recent annotated synthetic samples, for extra student steps at no privacy cost.
+
+    Reusing released targets is post-processing; it lets the student learn from many more samples than one
+    batch without asking the teacher again.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.images: Tensor | None = None
+        self.targets: Tensor | None = None
+
+    def add(self, images: Tensor, targets: Tensor) -> None:
+        if self.images is None:
+            self.images, self.targets = images[: self.capacity], targets[: self.capacity]
+            return
+        self.images = torch.cat([images, self.images])[: self.capacity]
+        self.targets = torch.cat([targets, self.targets])[: self.capacity]
+
+    def sample(self, count: int) -> tuple[Tensor, Tensor]:
+        index = torch.randint(len(self.images), (count,), device=self.images.device)
+        return self.images[index], self.targets[index]
+
+    def state(self) -> dict[str, Tensor]:
+        return {"images": self.images, "targets": self.targets} if self.images is not None else {}
+
+    def restore(self, state: dict[str, Tensor]) -> None:
+        self.images, self.targets = state.get("images"), state.get("targets")
 
 
 def _lap(timings: dict[str, float], phase: str, since: float) -> float:

@@ -99,6 +99,24 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
             f"released.")
 
 
+ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "generator_student_weight",
+               "one_hot_weight", "entropy_weight", "activation_weight", "batchnorm_weight", "adversarial_weight",
+               "student_steps", "replay_size", "student_schedule", "class_balanced", "distill_loss",
+               "gradient_operation", "top_k")
+
+
+def _engine_lines(config: dict[str, Any]) -> list[str]:
+    """Which options of the data-free loop were on: the generator's teacher, its loss terms, the student's diet."""
+    lines = ["| option | value |", "| --- | --- |"]
+    lines += [f"| {key} | {config[key]} |" for key in ENGINE_KEYS if key in config]
+    return lines
+
+
+def _phase_breakdown(phases: dict[str, float]) -> str:
+    total = sum(phases.values()) or 1.0
+    return ", ".join(f"{phase} {seconds:.1f} s ({seconds / total:.0%})" for phase, seconds in phases.items())
+
+
 def transcription_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a transcription run."""
     privacy = report["privacy"]
@@ -138,7 +156,11 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         "",
         "![training curve](training.png)",
         "",
-        "Time per phase: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in timing.get("phases", {}).items()),
+        "Time per phase: " + _phase_breakdown(timing.get("phases", {})),
+        "",
+        "## Data-free engine",
+        "",
+        *_engine_lines(report["config"]),
         "",
         "## Configuration",
         "",

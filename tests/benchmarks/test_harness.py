@@ -1,0 +1,40 @@
+"""The benchmark harness: one quick pass on digits runs, measures, renders, and resumes without rerunning."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("benchmark_harness", ROOT / "benchmarks" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
+    harness = _harness()
+    markdown = tmp_path / "BENCHMARKS.md"
+    markdown.write_text("# Benchmarks\n\nwritten by hand\n")
+    argv = ["--quick", "--datasets", "digits", "--only", "upper-bound-*,dpsd-label-eps1-*", "--out",
+            str(tmp_path / "bench"), "--markdown", str(markdown)]
+    assert harness.main(argv) == 0
+    rows = {row["run"]: row for row in json.loads((tmp_path / "bench" / "results.json").read_text())}
+    assert set(rows) == {"teacher-digits", "upper-bound-digits", "dpsd-label-eps1-digits"}
+    assert rows["teacher-digits"]["accuracy_mean"] > 50
+    label = rows["dpsd-label-eps1-digits"]
+    assert 0.99 < label["epsilon"] <= 1.0 and label["peak_rss_mb"] > 50 and label["wall_seconds"] > 0
+    assert abs(sum(label["phase_fractions"].values()) - 1) < 1e-6
+    text = markdown.read_text()
+    assert text.startswith("# Benchmarks\n\nwritten by hand") and "| upper bound (no privacy) |" in text
+    assert (tmp_path / "bench" / "privacy_accuracy.png").exists()
+
+    report = tmp_path / "bench" / "upper-bound-digits" / "seed0" / "report.json"
+    before = report.stat().st_mtime_ns
+    assert harness.main(argv) == 0  # finished runs are reused, the table is rebuilt
+    assert report.stat().st_mtime_ns == before
+    assert markdown.read_text().count(harness.BEGIN) == 1

@@ -1,0 +1,105 @@
+"""The data-free engine's options: replay buffer, schedules, BatchNorm and adversarial generator terms, --set."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpdistill.errors import ConfigError
+from dpdistill.methods.config import build_config, parse_assignments
+from dpdistill.methods.dpsd import ReplayBuffer
+from dpdistill.models.checkpoint import load_classifier
+from dpdistill.pipeline import coverage, transcribe
+
+CHANCE = 0.1
+
+
+def test_replay_buffer_keeps_the_most_recent_samples():
+    buffer = ReplayBuffer(capacity=5)
+    for start in (0, 3, 6):
+        images = torch.arange(start, start + 3, dtype=torch.float32).view(3, 1, 1, 1)
+        buffer.add(images, torch.full((3, 2), float(start)))
+    assert buffer.images.flatten().tolist() == [6, 7, 8, 3, 4]
+    images, targets = buffer.sample(100)
+    assert images.shape == (100, 1, 1, 1) and targets.shape == (100, 2)
+    assert set(images.flatten().tolist()) <= {3.0, 4.0, 6.0, 7.0, 8.0}
+    restored = ReplayBuffer(capacity=5)
+    restored.restore(buffer.state())
+    assert torch.equal(restored.images, buffer.images) and torch.equal(restored.targets, buffer.targets)
+
+
+def test_no_privacy_defaults_to_the_upper_bound_engine_and_a_preset_overrides_it():
+    engine = build_config(None, {}, {"mode": "none"})
+    assert engine.discriminator == "teacher" and engine.adversarial_weight > 0 and engine.replay_size > 0
+    faithful = build_config("paper", {}, {"mode": "none"})
+    assert faithful.discriminator == "student" and faithful.adversarial_weight == 0
+    private = build_config(None, {}, {"mode": "data", "epsilon": 1.0})
+    assert not private.generator_sees_teacher
+
+
+def test_the_adversarial_term_voids_the_guarantee():
+    config = build_config(None, {"adversarial_weight": 0.5}, {"mode": "data", "epsilon": 1.0})
+    assert coverage(config).startswith("NO formal guarantee")
+    assert coverage(build_config(None, {}, {"mode": "data", "epsilon": 1.0})).startswith("the student")
+
+
+def test_set_assignments_are_typed_and_checked():
+    values = parse_assignments(["replay_size=100", "adversarial-weight=0.5", "class_balanced=true",
+                                "generator_width=32,16,8", "student_schedule=cosine"])
+    assert values == {"replay_size": 100, "adversarial_weight": 0.5, "class_balanced": True,
+                      "generator_width": (32, 16, 8), "student_schedule": "cosine"}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_assignments(["replay_size"])
+    with pytest.raises(ConfigError, match="one of"):
+        parse_assignments(["no_such_knob=1"])
+    with pytest.raises(ConfigError, match="expects"):
+        parse_assignments(["replay_size=many"])
+    with pytest.raises(ConfigError, match="expects"):
+        parse_assignments(["class_balanced=maybe"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"student_schedule": "linear"}, "schedule"),
+    ({"replay_size": -1}, "replay-size"),
+    ({"adversarial_weight": -1.0}, "adversarial-weight"),
+    ({"generator_beta1": 1.0}, "beta1"),
+])
+def test_impossible_engine_settings_are_refused(digits_teacher: Path, tmp_path: Path, overrides, message):
+    config = build_config("demo", overrides, {"mode": "none"})
+    with pytest.raises(ConfigError, match=message):
+        transcribe(digits_teacher, config, tmp_path, "digits")
+
+
+def test_batchnorm_term_needs_a_discriminator_with_batchnorm(digits_teacher: Path, tmp_path: Path):
+    config = build_config("demo", {"batchnorm_weight": 1.0, "discriminator": "student"}, {"mode": "none"})
+    with pytest.raises(ConfigError, match="BatchNorm"):
+        transcribe(digits_teacher, config, tmp_path, "digits")
+
+
+def test_upper_bound_engine_learns(digits_teacher: Path, tmp_path: Path):
+    config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60},
+                          {"mode": "none"})
+    report = transcribe(digits_teacher, config, tmp_path, "digits")
+    assert report["accuracy"]["student"] > CHANCE + 0.4
+    assert set(report["history"][-1]) >= {"g_batchnorm", "g_adversarial"}
+
+
+def test_resume_is_exact_with_replay_and_a_schedule(digits_teacher: Path, tmp_path: Path):
+    values = {"iterations": 30, "batch_size": 32, "eval_every": 30, "checkpoint_every": 10, "replay_size": 200,
+              "student_steps": 3, "student_schedule": "cosine"}
+    whole = transcribe(digits_teacher, build_config("demo", values, {"mode": "label", "epsilon": 10.0}),
+                       tmp_path / "whole", "digits")
+
+    def interrupt(record: dict) -> None:
+        if record["iteration"] == 25:
+            raise KeyboardInterrupt
+
+    config = build_config("demo", values, {"mode": "label", "epsilon": 10.0})
+    with pytest.raises(KeyboardInterrupt):
+        transcribe(digits_teacher, config, tmp_path / "cut", "digits", progress=interrupt)
+    resumed = transcribe(digits_teacher, config, tmp_path / "cut", "digits", resume=True)
+    assert resumed["privacy"]["queries"] == whole["privacy"]["queries"] == 30 * 32
+    a, _ = load_classifier(tmp_path / "whole", "student")
+    b, _ = load_classifier(tmp_path / "cut", "student")
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name
