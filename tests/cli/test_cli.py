@@ -53,6 +53,10 @@ def _transcribe(teacher: Path, out: Path, *extra: str):
     (("--epsilon", "1", "--sigma", "1", "--iterations", "500"), "budget"),
     (("--epsilon", "1", "--preset", "fancy"), "unknown preset"),
     (("--epsilon", "1", "--method", "magic"), "unknown method"),
+    (("--epsilon", "1", "--set", "replay_size"), "KEY=VALUE"),
+    (("--epsilon", "1", "--set", "warp_drive=on"), "cannot set"),
+    (("--epsilon", "1", "--set", "student_steps=lots"), "expects"),
+    (("--epsilon", "1", "--preset", "paper,fancy"), "unknown preset"),
     ((), "epsilon"),
 ])
 def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, extra, message):

@@ -8,7 +8,6 @@ safetensors file under a path-like name, and a JSON skeleton records where it wa
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError
 
 STATE_TENSORS = "state.safetensors"
@@ -49,10 +49,8 @@ def save_state(directory: Path, state: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(state, "state", tensors)
-    save_file(tensors, directory / (STATE_TENSORS + ".tmp"))
-    (directory / (STATE_SKELETON + ".tmp")).write_text(json.dumps(skeleton))
-    os.replace(directory / (STATE_TENSORS + ".tmp"), directory / STATE_TENSORS)
-    os.replace(directory / (STATE_SKELETON + ".tmp"), directory / STATE_SKELETON)
+    write_atomically({directory / STATE_TENSORS: lambda path: save_file(tensors, path),
+                      directory / STATE_SKELETON: lambda path: path.write_text(json.dumps(skeleton))})
 
 
 def load_state(directory: Path) -> dict[str, Any]:

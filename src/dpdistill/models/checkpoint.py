@@ -12,7 +12,6 @@ provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
@@ -30,23 +30,6 @@ TEACHER = "model"
 
 def _meta_names(name: str) -> list[str]:
     return [f"{name}.json", "meta.json"] if name == TEACHER else [f"{name}.json"]
-
-
-def _write_atomically(writers: dict[Path, Callable[[Path], None]]) -> None:
-    """Write every file to a temporary name first, then rename each into place.
-
-    A crash while writing leaves the previous checkpoint untouched (and no partial file under a real name).
-    """
-    temporaries = {path: path.with_name(path.name + ".tmp") for path in writers}
-    try:
-        for path, write in writers.items():
-            write(temporaries[path])
-    except BaseException:
-        for temporary in temporaries.values():
-            temporary.unlink(missing_ok=True)
-        raise
-    for path, temporary in temporaries.items():
-        os.replace(temporary, path)
 
 
 def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER) -> None:
@@ -60,7 +43,7 @@ def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: st
     }
     for file_name in _meta_names(name):
         writers[directory / file_name] = lambda path: path.write_text(text)
-    _write_atomically(writers)
+    write_atomically(writers)
 
 
 def _read_meta(directory: Path, name: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from dpdistill.atomic import write_atomically  # noqa: E402
+
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Atomic JSON write; infinities become the string 'inf' so the file stays standard JSON."""
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(_jsonable(payload), indent=2))
-    os.replace(temporary, path)
+    text = json.dumps(_jsonable(payload), indent=2)
+    write_atomically({path: lambda temporary: temporary.write_text(text)})
 
 
 def _jsonable(value: Any) -> Any:
