@@ -8,7 +8,8 @@ Each run is one `dpdistill` command in its own process (so its wall time and pea
 its output in `<out>/<run>/seed<k>/`. A finished run (report.json present) is skipped, an interrupted one is
 continued with `--resume`: rerunning the same command resumes the table. Results are collected into
 `<out>/results.json` and rendered as markdown (the section between the markers in BENCHMARKS.md for full runs,
-`<out>/BENCHMARKS.md` for quick ones) with the privacy-accuracy figure beside it.
+`<out>/BENCHMARKS.md` for quick ones) with the privacy-accuracy figure beside it; the full table's results.json
+and figure are also written to benchmarks/, next to the code that made them.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def render(rows: list[dict], quick: bool, figure: str | None) -> str:
         if row["phase_fractions"]:
             lines.append(f"| `{row['run']}` | " + " | ".join(f"{row['phase_fractions'].get(p, 0):.0%}" for p in PHASES) + " |")
     lines += ["", "Commands (each run's own, seed 0; the harness adds `--seed` and `--out`):", ""]
-    lines += [f"- `{row['run']}`: `{row['command']}`" for row in rows]
+    lines += [f"- `{row['run']}`: `{row['command'].replace(str(ROOT) + '/', '')}`" for row in rows]
     if figure:
         lines += ["", f"![privacy-accuracy curve]({figure})"]
     lines += ["", END]
@@ -241,6 +242,8 @@ def plot_curve(rows: list[dict], path: Path) -> bool:
                         if row["dataset"] == dataset and row["curve"][0] == mode)
         axis.errorbar([s[0] for s in series], [s[1] for s in series], yerr=[s[2] for s in series], marker="o",
                       capsize=3, label=f"DPSD {mode} mode, {dataset}")
+    axis.axhline(100 / 10, color="grey", linestyle=":", label="chance (10 classes)")
+    axis.set_ylim(0, 100)  # the full range: a zoomed axis would make noise look like a trend
     axis.set_xscale("log")
     axis.set_xlabel("sound epsilon (delta 1e-5)")
     axis.set_ylabel("student test accuracy %")
@@ -293,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
         if results:
             rows.append(summarise(run, results))
+    # The full table's results and figure are published beside BENCHMARKS.md (tracked); quick ones stay in `out`.
+    publish = ROOT / "benchmarks" if markdown == ROOT / "BENCHMARKS.md" else out
     (out / "results.json").write_text(json.dumps(rows, indent=1))
-    figure = out / "privacy_accuracy.png"
+    (publish / "results.json").write_text(json.dumps(rows, indent=1))
+    figure = publish / "privacy_accuracy.png"
     has_figure = plot_curve(rows, figure)
     figure_link = os.path.relpath(figure, markdown.parent) if has_figure else None
     write_markdown(render(rows, args.quick, figure_link), markdown)
