@@ -20,3 +20,13 @@ def digits_teacher(tmp_path_factory) -> Path:
     report = train_teacher("digits", directory, TeacherConfig(arch="cnn", epochs=6, batch_size=64))
     assert report["accuracy"]["teacher"] > 0.9
     return directory
+
+
+@pytest.fixture(scope="session")
+def digits_ensemble(tmp_path_factory) -> Path:
+    """Four cnn teachers on disjoint IID quarters of the digits training split (a few seconds)."""
+    from dpdistill.pipeline import train_teacher_ensemble
+
+    directory = tmp_path_factory.mktemp("ensemble")
+    train_teacher_ensemble("digits", directory, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=60), 4)
+    return directory

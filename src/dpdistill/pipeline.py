@@ -7,20 +7,24 @@ import dataclasses
 import fcntl
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
+from dpdistill.data.partition import partition_indices
 from dpdistill.errors import ConfigError, DatasetError
 from dpdistill.evaluation.metrics import accuracy, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
 from dpdistill.models.checkpoint import load_classifier, save_model
+from dpdistill.models.ensemble import TeacherEnsemble, load_teacher, member_directory, write_ensemble_description
 from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
@@ -39,6 +43,51 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
     write_json(out_dir / "report.json", report)
     return report
+
+
+def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
+                           alpha: float | None = None, progress: Progress | None = None) -> dict:
+    """Train one teacher per disjoint partition of the training split (IID, or Dirichlet(alpha) per class) into
+    `out_dir/member-XXX/`, then mark `out_dir` as an ensemble; report each member's and the ensemble's accuracy."""
+    dataset = load_dataset(dataset_name)
+    parts = partition_indices(dataset.y_train, partitions, alpha, config.seed)
+    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    started = time.perf_counter()
+    members = []
+    for index, part in enumerate(parts):
+        subset = dataclasses.replace(dataset, x_train=dataset.x_train[part], y_train=dataset.y_train[part])
+        model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
+                                           evaluate_each_epoch=False)
+        save_model(member_directory(out_dir, index), model, meta)
+        members.append({"member": index + 1, "examples": len(part), "test_accuracy": training["test_accuracy"]})
+        if progress:
+            progress(members[-1])
+    partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
+    write_ensemble_description(out_dir, partitions, {"partition": partition, "dataset": dataset_name,
+                                                     "arch": config.arch})
+    ensemble, _ = load_teacher(out_dir)
+    member_accuracies = [member["test_accuracy"] for member in members]
+    report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
+              "ensemble": {"members": partitions, "partition": partition},
+              "accuracy": {"teacher": accuracy(ensemble, dataset.x_test, dataset.y_test, device=config.device),
+                           "plurality_vote": _vote_accuracy(ensemble, dataset, config.device),
+                           "member_mean": sum(member_accuracies) / partitions,
+                           "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
+              "members": members, "timing": {"wall_seconds": time.perf_counter() - started}, "seed": config.seed,
+              "privacy": {"guarantee": "none: these are the private models that dpdistill converts; one private "
+                                       "example is in exactly one member's partition"}}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+@torch.inference_mode()
+def _vote_accuracy(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str) -> float:
+    """Accuracy of the members' plurality vote (what label-mode aggregation counts, before noise)."""
+    ensemble.to(device)
+    votes = torch.cat([ensemble.member_logits(dataset.x_test[i:i + 1024].to(device)).argmax(-1).cpu()
+                       for i in range(0, len(dataset.x_test), 1024)], dim=1)
+    histogram = F.one_hot(votes, dataset.num_classes).sum(0)
+    return (histogram.argmax(1) == dataset.y_test).float().mean().item()
 
 
 def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
@@ -83,7 +132,7 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
 
 def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None,
                 resume: bool, progress: Progress | None) -> dict[str, Any]:
-    teacher, meta = load_classifier(teacher_dir)
+    teacher, meta = load_teacher(teacher_dir)
     config_path = out_dir / "config.json"
     if resume:
         if not config_path.exists():
@@ -93,6 +142,8 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
         raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
     if config.method not in METHODS:
         raise ConfigError(f"unknown method {config.method!r}: choose one of {', '.join(METHODS)}")
+    if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
+        config = dataclasses.replace(config, privacy=dataclasses.replace(config.privacy, teachers=len(teacher)))
     in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
     dataset_name = dataset_name or meta.get("dataset")
     dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None

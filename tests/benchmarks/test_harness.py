@@ -20,7 +20,7 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     harness = _harness()
     markdown = tmp_path / "BENCHMARKS.md"
     markdown.write_text("# Benchmarks\n\nwritten by hand\n")
-    argv = ["--quick", "--datasets", "digits", "--only", "upper-bound-*,dpsd-label-eps1-*", "--out",
+    argv = ["--quick", "--datasets", "digits", "--only", "upper-bound-digits,dpsd-label-eps1-*", "--out",
             str(tmp_path / "bench"), "--markdown", str(markdown)]
     assert harness.main(argv) == 0
     rows = {row["run"]: row for row in json.loads((tmp_path / "bench" / "results.json").read_text())}
@@ -38,3 +38,11 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     assert harness.main(argv) == 0  # finished runs are reused, the table is rebuilt
     assert report.stat().st_mtime_ns == before
     assert markdown.read_text().count(harness.BEGIN) == 1
+
+
+def test_a_partial_pass_replaces_its_rows_and_keeps_the_others():
+    harness = _harness()
+    order = [run.name for run in harness.table(("fmnist", "mnist"), 1)]
+    previous = [{"run": "teacher-mnist", "v": 0}, {"run": "upper-bound-fmnist", "v": 1}, {"run": "retired-row"}]
+    merged = harness.merge(previous, [{"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-fmnist"}], order)
+    assert merged == [{"run": "teacher-fmnist"}, {"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-mnist", "v": 0}]

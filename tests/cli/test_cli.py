@@ -95,3 +95,23 @@ def test_resume_without_a_run(digits_teacher: Path, tmp_path: Path):
     result = _transcribe(digits_teacher, tmp_path / "fresh", "--epsilon", "1", "--resume")
     assert result.exit_code == 2
     assert "nothing to resume" in result.output
+
+
+def test_train_an_ensemble_and_transcribe_it(tmp_path: Path):
+    result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path / "ensemble", "--partitions", "3",
+                    "--dirichlet-alpha", "1.0", "--min-steps", "10")
+    assert result.exit_code == 0, result.output
+    assert "ensemble of 3" in result.output
+    assert sorted(p.name for p in (tmp_path / "ensemble").glob("member-*")) == ["member-000", "member-001", "member-002"]
+    result = _transcribe(tmp_path / "ensemble", tmp_path / "student", "--privacy", "label", "--epsilon", "1",
+                         "--preset", "demo", "--iterations", "2")
+    assert result.exit_code == 0, result.output
+    assert "teachers (ensemble)" in result.output
+
+
+@pytest.mark.parametrize("extra, message", [(("--dirichlet-alpha", "0.5"), "--partitions > 1"),
+                                            (("--partitions", "2000"), "cannot fill")])
+def test_impossible_ensembles_are_refused(tmp_path: Path, extra, message):
+    result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, *extra)
+    assert result.exit_code == 2
+    assert message in result.output

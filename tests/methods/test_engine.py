@@ -61,6 +61,9 @@ def test_set_assignments_are_typed_and_checked():
 @pytest.mark.parametrize("overrides, message", [
     ({"student_schedule": "linear"}, "schedule"),
     ({"replay_size": -1}, "replay-size"),
+    ({"augment_shift": -2}, "augment-shift"),
+    ({"candidates": "all"}, "candidate rule"),
+    ({"candidate_threshold": 1.5}, "candidate-threshold"),
     ({"adversarial_weight": -1.0}, "adversarial-weight"),
     ({"generator_beta1": 1.0}, "beta1"),
 ])
@@ -77,16 +80,17 @@ def test_batchnorm_term_needs_a_discriminator_with_batchnorm(digits_teacher: Pat
 
 
 def test_upper_bound_engine_learns(digits_teacher: Path, tmp_path: Path):
-    config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60},
-                          {"mode": "none"})
+    config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60,
+                                 "student_steps": 8}, {"mode": "none"})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
     assert report["accuracy"]["student"] > CHANCE + 0.4
     assert set(report["history"][-1]) >= {"g_batchnorm", "g_adversarial"}
+    assert report["config"]["augment_shift"] == 2 and report["config"]["augment_flip"]  # relabelled by the teacher
 
 
-def test_resume_is_exact_with_replay_and_a_schedule(digits_teacher: Path, tmp_path: Path):
+def test_resume_is_exact_with_replay_augmentation_and_a_schedule(digits_teacher: Path, tmp_path: Path):
     values = {"iterations": 30, "batch_size": 32, "eval_every": 30, "checkpoint_every": 10, "replay_size": 200,
-              "student_steps": 3, "student_schedule": "cosine"}
+              "student_steps": 3, "student_schedule": "cosine", "augment_shift": 1, "augment_flip": True}
     whole = transcribe(digits_teacher, build_config("demo", values, {"mode": "label", "epsilon": 10.0}),
                        tmp_path / "whole", "digits")
 
@@ -103,3 +107,9 @@ def test_resume_is_exact_with_replay_and_a_schedule(digits_teacher: Path, tmp_pa
     b, _ = load_classifier(tmp_path / "cut", "student")
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), name
+
+
+def test_threshold_candidates_are_accounted_as_binary_randomized_response():
+    config = build_config("paper", {"candidates": "threshold"}, {"mode": "label", "epsilon": 1.0})
+    assert config.privacy.num_candidates == 2
+    assert build_config("paper", {}, {"mode": "label", "epsilon": 1.0}).privacy.num_candidates == 3

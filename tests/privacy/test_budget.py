@@ -63,3 +63,25 @@ def test_no_privacy_has_no_guarantee():
     plan = plan_privacy(PrivacyRequest("none", epsilon=None), 10, 16, 2)
     assert plan.ledger() is None
     assert plan.summary(32)["guarantee"].startswith("none")
+
+
+def test_an_ensembles_labels_are_noisy_votes_with_sensitivity_sqrt2():
+    request = PrivacyRequest("label", epsilon=1.0, teachers=50)
+    assert request.votes and request.sensitivity == pytest.approx(2**0.5)
+    plan = plan_privacy(request, 10, 256, 200)
+    assert plan.sigma == pytest.approx(plan.query.noise_multiplier * 2**0.5)
+    # one example moves two counts by one: the same noise multiplier as bounded gradients of sensitivity 2 beta
+    data = plan_privacy(PrivacyRequest("data", epsilon=1.0), 10, 256, 200)
+    assert plan.query.noise_multiplier == pytest.approx(data.query.noise_multiplier)
+    summary = plan.summary(plan.planned_queries)
+    assert summary["teachers"] == 50 and summary["epsilon"] <= 1.0 and summary["paper_epsilon"] is None
+    fixed = plan_privacy(PrivacyRequest("label", epsilon=10.0, teachers=50, sigma=40.0), 10, 100, 10)
+    assert fixed.query.noise_multiplier == pytest.approx(40 / 2**0.5)
+    assert fixed.summary(1000)["epsilon"] == pytest.approx(4.98, abs=0.01)  # GNMax, sigma 40, 1000 answers (notes)
+
+
+@pytest.mark.parametrize("values, message", [({"accounting": "paper"}, "paper accounting"),
+                                             ({"epsilon0": 0.5}, "noisy votes"), ({"teachers": 0}, "at least one")])
+def test_impossible_ensemble_requests_are_refused(values, message):
+    with pytest.raises(PrivacyParameterError, match=message):
+        plan_privacy(PrivacyRequest("label", epsilon=1.0, **({"teachers": 5} | values)), 10, 256, 10)

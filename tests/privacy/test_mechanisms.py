@@ -10,6 +10,7 @@ from dpdistill.privacy.mechanisms import (
     bounded_output_gradient,
     clip_rows,
     gaussian_noise,
+    noisy_vote,
     normalize_rows,
     randomized_response_probabilities,
     selective_randomized_response,
@@ -82,7 +83,7 @@ def _frequencies(labels: torch.Tensor, classes: list[int]) -> list[float]:
 
 def test_selective_rr_frequencies_match_probabilities_when_label_is_a_candidate():
     n = 60_000
-    candidates = torch.tensor([[4, 7, 1]]).repeat(n, 1)
+    candidates = _mask([4, 7, 1]).repeat(n, 1)
     true = torch.full((n,), 7)
     out = selective_randomized_response(true, candidates, epsilon0=1.0, generator=torch.Generator().manual_seed(1))
     p_true, p_other = randomized_response_probabilities(1.0, 3)
@@ -94,9 +95,48 @@ def test_selective_rr_frequencies_match_probabilities_when_label_is_a_candidate(
 
 def test_selective_rr_is_uniform_over_candidates_when_label_is_not_one():
     n = 60_000
-    candidates = torch.tensor([[0, 2, 5]]).repeat(n, 1)
+    candidates = _mask([0, 2, 5]).repeat(n, 1)
     true = torch.full((n,), 9)
     out = selective_randomized_response(true, candidates, epsilon0=3.0, generator=torch.Generator().manual_seed(2))
     tolerance = 5 * math.sqrt(0.25 / n)
     for observed in _frequencies(out, [0, 2, 5]):
         assert abs(observed - 1 / 3) < tolerance
+
+
+def _mask(indices: list[int], classes: int = 10) -> torch.Tensor:
+    return torch.zeros(1, classes, dtype=torch.bool).index_fill_(1, torch.tensor(indices), True)
+
+
+def test_selective_rr_with_candidate_sets_of_different_sizes():
+    n = 40_000
+    candidates = torch.cat([_mask([3, 5]), _mask([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])]).repeat(n, 1)
+    true = torch.full((2 * n,), 3)
+    out = selective_randomized_response(true, candidates, epsilon0=1.0, generator=torch.Generator().manual_seed(3))
+    tolerance = 5 * math.sqrt(0.25 / n)
+    for row, k in ((0, 2), (1, 10)):
+        expected, _ = randomized_response_probabilities(1.0, k)
+        assert abs((out[row::2] == 3).float().mean().item() - expected) < tolerance
+    with pytest.raises(PrivacyParameterError, match="at least 2"):
+        selective_randomized_response(true[:1], _mask([3]), 1.0, torch.Generator())
+
+
+def test_noisy_vote_picks_the_plurality_among_candidates_when_noise_is_small():
+    votes = torch.tensor([[0, 9, 3, 1], [5, 0, 4, 2]])
+    candidates = torch.cat([_mask([2, 3], 4), _mask([1, 2], 4)])  # the plurality (1 and 0) is not a candidate
+    generator = torch.Generator().manual_seed(0)
+    assert noisy_vote(votes, candidates, 1e-3, generator).tolist() == [2, 2]
+
+
+def test_noisy_vote_flips_with_the_gaussian_probability():
+    """Two candidates whose counts differ by d: the smaller wins with probability Phi(-d / (sigma sqrt 2))."""
+    n, sigma, gap = 40000, 2.0, 2
+    votes = torch.tensor([[gap, 0]]).repeat(n, 1)
+    picks = noisy_vote(votes, torch.ones(n, 2, dtype=torch.bool), sigma, torch.Generator().manual_seed(1))
+    expected = 0.5 * math.erfc(gap / (sigma * math.sqrt(2)) / math.sqrt(2))
+    observed = (picks == 1).float().mean().item()
+    assert abs(observed - expected) < 4 * math.sqrt(expected * (1 - expected) / n)
+
+
+def test_noisy_vote_refuses_zero_noise():
+    with pytest.raises(PrivacyParameterError):
+        noisy_vote(torch.ones(1, 3), _mask([0, 1], 3), 0.0, torch.Generator())

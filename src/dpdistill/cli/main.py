@@ -64,7 +64,7 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
-        step = record.get("iteration", record.get("epoch"))
+        step = record.get("iteration", record.get("epoch", record.get("member")))
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss"))
@@ -96,14 +96,31 @@ def train_teacher_command(
     epochs: int = typer.Option(5, min=1),
     batch_size: int = typer.Option(128, min=1),
     lr: float = typer.Option(1e-3),
+    partitions: int = typer.Option(1, min=1, help="train an ensemble: one teacher per disjoint partition"),
+    dirichlet_alpha: Optional[float] = typer.Option(None, help="non-IID partitions: class proportions "
+                                                               "~ Dirichlet(alpha) (default: IID)"),
+    min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
+                                                   "partitions get more epochs)"),
     seed: int = typer.Option(0),
     device: str = typer.Option("cpu", help="cpu or cuda"),
 ) -> None:
-    """Train a non-private teacher: the private model to be converted."""
-    from dpdistill.pipeline import train_teacher
+    """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
+    from dpdistill.pipeline import train_teacher, train_teacher_ensemble
     from dpdistill.training.teacher import TeacherConfig
 
-    config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps, seed=seed,
+                           device=device)
+    if partitions == 1 and dirichlet_alpha is not None:
+        raise typer.BadParameter("--dirichlet-alpha splits an ensemble's data: use it with --partitions > 1")
+    if partitions > 1:
+        bar, update = _progress_bar(partitions, f"{partitions} teachers on {dataset}")
+        with bar:
+            report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update)
+        accuracy = report["accuracy"]
+        console.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
+                      f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
+                      f"{100 * accuracy['member_max']:.1f}%) -> {out}")
+        return
     bar, update = _progress_bar(epochs, f"teacher on {dataset}")
     with bar:
         report = train_teacher(dataset, out, config, update)
@@ -113,7 +130,8 @@ def train_teacher_command(
 @app.command("transcribe")
 @clear_errors
 def transcribe_command(
-    teacher: Path = typer.Option(..., help="teacher directory (model.safetensors + meta.json)"),
+    teacher: Path = typer.Option(..., help="teacher directory (model.safetensors + meta.json), or an ensemble's "
+                                           "(ensemble.json + member-XXX/)"),
     out: Path = typer.Option(..., help="output directory"),
     method: str = typer.Option("dpsd", help="transcription method"),
     privacy: PrivacyModeOption = typer.Option(PrivacyModeOption.data, help="data, label, or none (no guarantee)"),
@@ -177,7 +195,10 @@ def print_summary(report: dict, out: Path) -> None:
         table.add_row("privacy", "none")
     else:
         table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
-        table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
+        if privacy.get("paper_epsilon") is not None:
+            table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
+        if privacy.get("teachers", 1) > 1:
+            table.add_row("teachers (ensemble)", str(privacy["teachers"]))
         table.add_row("teacher queries", str(privacy["queries"]))
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))

@@ -16,12 +16,19 @@ from torch import Tensor
 
 from dpdistill.losses.distillation import dkd_loss, kd_loss
 from dpdistill.privacy.accounting import PrivacyLedger
-from dpdistill.privacy.mechanisms import bounded_output_gradient, gaussian_noise, selective_randomized_response
+from dpdistill.privacy.mechanisms import (bounded_output_gradient, gaussian_noise, noisy_vote,
+                                         selective_randomized_response)
 
 
 class Annotator(Protocol):
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        """Soft targets (n, classes) for the student; rows sum to 1."""
+        """Soft targets (n, classes) for the student; rows sum to 1. `teacher_logits` is (n, classes) for one
+        teacher or (members, n, classes) for an ensemble."""
+
+
+def as_members(teacher_logits: Tensor) -> Tensor:
+    """Teacher answers as (members, n, classes): a single teacher is an ensemble of one."""
+    return teacher_logits if teacher_logits.dim() == 3 else teacher_logits.unsqueeze(0)
 
 
 @dataclass
@@ -45,11 +52,39 @@ class DistillationGradient:
         return gradient
 
 
+@dataclass(frozen=True)
+class CandidateSet:
+    """Which classes a label answer may name, chosen from the student's prediction (public: post-processing).
+
+    DPSD takes the student's top k; DP-DFD's SRR takes every class the student gives more than `threshold`
+    probability, at least two. From an untrained student the threshold rule offers every class, so the teacher's
+    class is among the candidates; a top-3 rule misses it 70% of the time, and then the answer is a uniform draw
+    from the student's own guesses.
+    """
+
+    top_k: int
+    threshold: float | None = None
+
+    def __call__(self, student_logits: Tensor) -> Tensor:
+        """(n, classes) boolean mask of candidates."""
+        logits = student_logits.detach()
+        if self.threshold is None:
+            return _mask_of(logits.topk(self.top_k, dim=1).indices, logits)
+        mask = F.softmax(logits, dim=1) > self.threshold
+        return mask | _mask_of(logits.topk(2, dim=1).indices, logits)
+
+
+def _mask_of(indices: Tensor, like: Tensor) -> Tensor:
+    return torch.zeros_like(like, dtype=torch.bool).scatter_(1, indices, True)
+
+
 @dataclass
 class OutputGradientAnnotator:
     """Data-sensitive annotation (DPSD Eq. 3, DPDFD): bounded output gradient + Gaussian noise.
 
     y_i = softmax(z_i - step * (bound(g_i) + N(0, (sigma * beta)^2 I))) where z_i are the student's logits.
+    An ensemble's M bounded gradients are summed before the one noise draw and the sum divided by M (FedDPSD,
+    DPDFD's multi-teacher extension): one example changes one member, so the sensitivity stays 2 * beta.
     """
 
     gradient: DistillationGradient
@@ -62,11 +97,13 @@ class OutputGradientAnnotator:
     operation: str = "normalize"
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        self.ledger.charge(len(teacher_logits))
-        bounded = bounded_output_gradient(self.gradient(teacher_logits, student_logits), self.beta, self.top_k,
-                                          self.operation)
+        members = as_members(teacher_logits)
+        count, samples, classes = members.shape
+        self.ledger.charge(samples)
+        gradients = self.gradient(members.reshape(-1, classes), student_logits.repeat(count, 1))
+        bounded = bounded_output_gradient(gradients, self.beta, self.top_k, self.operation).view(members.shape).sum(0)
         noisy = bounded + gaussian_noise(bounded.shape, self.sigma * self.beta, self.generator, bounded.device)
-        return F.softmax(student_logits.detach() - self.step * noisy, dim=1)
+        return F.softmax(student_logits.detach() - self.step * noisy / count, dim=1)
 
 
 @dataclass
@@ -75,21 +112,43 @@ class RandomizedResponseAnnotator:
 
     ledger: PrivacyLedger
     epsilon0: float
-    top_k: int
+    candidates: CandidateSet
     generator: torch.Generator
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+        if teacher_logits.dim() == 3:
+            raise ValueError("randomized response answers for one teacher; an ensemble's labels go through "
+                             "NoisyVoteAnnotator")
         self.ledger.charge(len(teacher_logits))
-        candidates = student_logits.detach().topk(self.top_k, dim=1).indices
-        labels = selective_randomized_response(teacher_logits.argmax(1), candidates, self.epsilon0, self.generator)
+        labels = selective_randomized_response(teacher_logits.argmax(1), self.candidates(student_logits),
+                                               self.epsilon0, self.generator)
         return F.one_hot(labels, teacher_logits.shape[1]).float()
 
 
 @dataclass
+class NoisyVoteAnnotator:
+    """Label-sensitive annotation for an ensemble: each member votes its top class, and the label is the noisy
+    plurality among the student's top-k (GNMax over the candidates; one example changes one vote)."""
+
+    ledger: PrivacyLedger
+    sigma: float
+    candidates: CandidateSet
+    generator: torch.Generator
+
+    def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+        members = as_members(teacher_logits)
+        classes = members.shape[-1]
+        self.ledger.charge(members.shape[1])
+        votes = F.one_hot(members.argmax(-1), classes).sum(0)
+        labels = noisy_vote(votes, self.candidates(student_logits), self.sigma, self.generator)
+        return F.one_hot(labels, classes).float()
+
+
+@dataclass
 class TeacherAnnotator:
-    """No protection: the teacher's softened prediction (the non-private upper bound)."""
+    """No protection: the teacher's softened prediction (an ensemble's: the members' mean), the upper bound."""
 
     temperature: float = 1.0
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        return F.softmax(teacher_logits / self.temperature, dim=1)
+        return F.softmax(as_members(teacher_logits) / self.temperature, dim=-1).mean(0)

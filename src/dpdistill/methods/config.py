@@ -24,6 +24,8 @@ class TranscriptionConfig:
     batch_size: int = 256  # b: synthetic samples, hence teacher queries, per iteration
     top_k: int | None = 3  # k: top-k gradient entries (data mode) and candidate-set size (label mode)
     gradient_operation: str = "normalize"  # or "clip" (the seeds' ablation)
+    candidates: str = "top-k"  # label mode's candidate classes: the student's top k (DPSD) or "threshold" (SRR)
+    candidate_threshold: float = 0.0  # "threshold": classes above this probability, at least two (0: 1/(2 classes))
     target_step: float = 0.1  # gamma_s of DPSD Eq. 3: step of the noisy gradient on the student's logits
     distill_loss: str = "dkd"  # or "kd"
     dkd_alpha: float = 1.0
@@ -36,6 +38,9 @@ class TranscriptionConfig:
     student_schedule: str = "constant"  # or "cosine": the student's learning rate decays to 0 over the run
     replay_size: int = 0  # annotated samples kept for the extra student steps (0: no buffer, extra steps reuse
     # the fresh batch, whose data-mode targets are relative to the first forward pass)
+    augment_shift: int = 0  # replayed samples are translated by up to this many pixels (0: off)
+    augment_flip: bool = False  # and mirrored left-right; without privacy the teacher labels the augmented
+    # images afresh, otherwise they keep their released targets (assumes the augmentation preserves labels)
     latent_dim: int = 100
     generator_width: tuple[int, int, int] = (128, 128, 64)
     generator_lr: float = 1e-2  # gamma_g
@@ -79,9 +84,13 @@ class TranscriptionConfig:
             raise ConfigError(f"unknown latent mode {self.latents!r}: choose trainable or fresh")
         if self.gradient_operation not in ("normalize", "clip"):
             raise ConfigError(f"unknown gradient operation {self.gradient_operation!r}: choose normalize or clip")
+        if self.candidates not in ("top-k", "threshold"):
+            raise ConfigError(f"unknown candidate rule {self.candidates!r}: choose top-k or threshold")
+        if not 0 <= self.candidate_threshold < 1:
+            raise ConfigError(f"candidate-threshold must be in [0, 1), got {self.candidate_threshold}")
         if self.student_schedule not in ("constant", "cosine"):
             raise ConfigError(f"unknown student schedule {self.student_schedule!r}: choose constant or cosine")
-        for name in ("replay_size", "batchnorm_weight", "adversarial_weight", "one_hot_weight", "entropy_weight",
+        for name in ("replay_size", "augment_shift", "batchnorm_weight", "adversarial_weight", "one_hot_weight", "entropy_weight",
                      "activation_weight", "generator_student_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -126,9 +135,10 @@ def engine_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> 
 
 
 def upper_bound_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
-    """The non-private upper bound: the engine, run long enough to converge (the default of `--privacy none`)."""
+    """The non-private upper bound (the default of `--privacy none`): the engine with twice the student steps,
+    replayed samples shifted and mirrored and labelled afresh by the teacher, run long enough to converge."""
     return {**engine_preset(privacy_mode, epsilon, accounting), "iterations": 600, "temperature": 4.0, "eval_every": 100,
-            "checkpoint_every": 50}
+            "checkpoint_every": 50, "student_steps": 16, "augment_shift": 2, "augment_flip": True}
 
 
 PRESETS = {"paper": paper_preset, "demo": demo_preset, "engine": engine_preset, "upper-bound": upper_bound_preset}
@@ -181,5 +191,7 @@ def build_config(preset: str | None, overrides: dict[str, Any], privacy_override
     privacy_values.update({k: v for k, v in privacy_overrides.items() if v is not None})
     if values.get("top_k") is not None:
         privacy_values["num_candidates"] = values["top_k"]
+    if values.get("candidates") == "threshold":  # sets of any size >= 2: binary randomized response is the worst
+        privacy_values["num_candidates"] = 2
     values["privacy"] = PrivacyRequest(**privacy_values)
     return TranscriptionConfig(**values)

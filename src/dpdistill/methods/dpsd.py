@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
@@ -32,7 +33,9 @@ from dpdistill.losses.generator import (
 )
 from dpdistill.methods.annotation import (
     Annotator,
+    CandidateSet,
     DistillationGradient,
+    NoisyVoteAnnotator,
     OutputGradientAnnotator,
     RandomizedResponseAnnotator,
     TeacherAnnotator,
@@ -40,6 +43,7 @@ from dpdistill.methods.annotation import (
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.state import load_state, save_state
 from dpdistill.models.base import Classifier
+from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
@@ -67,10 +71,16 @@ class TranscriptionResult:
 class DPSDTranscriber:
     """Runs Algorithm 1. `test_set` is used only to report accuracy, never to train."""
 
-    def __init__(self, config: TranscriptionConfig, teacher: Classifier, in_shape: tuple[int, int, int],
-                 num_classes: int, test_set: ImageDataset | None = None, work_dir: Path | None = None,
-                 progress: ProgressCallback | None = None) -> None:
+    def __init__(self, config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble,
+                 in_shape: tuple[int, int, int], num_classes: int, test_set: ImageDataset | None = None,
+                 work_dir: Path | None = None, progress: ProgressCallback | None = None) -> None:
         config.validate(num_classes)
+        members = len(teacher) if isinstance(teacher, TeacherEnsemble) else 1
+        if members != config.privacy.teachers:
+            raise ConfigError(f"the privacy request counts {config.privacy.teachers} teacher(s) but the teacher has "
+                              f"{members}: the mechanism and its accounting depend on it")
+        if members > 1 and config.discriminator == "teacher":
+            raise ConfigError("the teacher as discriminator (DPSD-T) needs a single teacher, not an ensemble")
         self.config = config
         self.device = torch.device(config.device)
         self.in_shape = in_shape
@@ -114,7 +124,11 @@ class DPSDTranscriber:
                                            config.target_step, self.noise_generator, config.gradient_operation)
         if config.top_k is None or config.top_k < 2:
             raise ConfigError("label mode needs --top-k of at least 2 (the candidate set size)")
-        return RandomizedResponseAnnotator(ledger, plan.epsilon0, config.top_k, self.noise_generator)
+        candidates = CandidateSet(config.top_k, None if config.candidates == "top-k"
+                                  else config.candidate_threshold or 1 / (2 * self.num_classes))
+        if config.privacy.votes:
+            return NoisyVoteAnnotator(ledger, plan.sigma, candidates, self.noise_generator)
+        return RandomizedResponseAnnotator(ledger, plan.epsilon0, candidates, self.noise_generator)
 
     # --- one iteration -------------------------------------------------------------------------------------
 
@@ -133,8 +147,7 @@ class DPSDTranscriber:
             teacher_view = self._discriminate(self.teacher, images)
             teacher_logits = teacher_view.logits.detach()
         else:
-            with torch.no_grad():
-                teacher_logits = self.teacher(detached)
+            teacher_logits = self._teacher_answers(detached)
         clock = _lap(timings, "generate+teacher", clock)
 
         self.student.train()
@@ -148,9 +161,7 @@ class DPSDTranscriber:
             self.replay.add(detached, targets)
         for repeat in range(config.student_steps):
             if repeat:
-                replay_images, replay_targets = (self.replay.sample(config.batch_size) if self.replay is not None
-                                                 else (detached, targets))
-                student_loss = self._fit_to_targets(self.student(replay_images), replay_targets)
+                student_loss = self._replay_loss(detached, targets)
             self.student_optimizer.zero_grad(set_to_none=True)
             student_loss.backward()
             self.student_optimizer.step()
@@ -165,6 +176,29 @@ class DPSDTranscriber:
         _lap(timings, "generator", clock)
         return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(),
                 **{f"g_{name}": value.item() for name, value in generator_terms.items()}}
+
+    def _replay_loss(self, images: Tensor, targets: Tensor) -> Tensor:
+        """The loss of an extra student step: on replayed samples (or the fresh batch again), augmented if asked.
+
+        Without privacy the teacher labels the augmented images afresh; a private run keeps the released targets,
+        so the extra steps stay post-processing."""
+        config = self.config
+        if self.replay is not None:
+            images, targets = self.replay.sample(config.batch_size)
+        augmented = config.augment_shift > 0 or config.augment_flip
+        if augmented:
+            images = shift_and_flip(images, config.augment_shift, config.augment_flip)
+        logits = self.student(images)
+        if augmented and config.privacy.mode == "none":
+            targets = self.annotator.annotate(self._teacher_answers(images), logits.detach())
+        return self._fit_to_targets(logits, targets)
+
+    @torch.no_grad()
+    def _teacher_answers(self, images: Tensor) -> Tensor:
+        """The teacher's logits (n, classes), or each ensemble member's (members, n, classes)."""
+        if isinstance(self.teacher, TeacherEnsemble):
+            return self.teacher.member_logits(images)
+        return self.teacher(images)
 
     def _fit_to_targets(self, logits: Tensor, targets: Tensor) -> Tensor:
         """L_s of Eq. 7, optionally class-balanced: the student's and the generator's shared term."""

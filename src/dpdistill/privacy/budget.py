@@ -46,6 +46,18 @@ class PrivacyRequest:
     epsilon0: float | None = None  # label mode: per-query randomized-response epsilon; None = calibrate
     num_candidates: int = 3  # label mode: k, the size of the candidate set
     sensitivity_factor: float = 2.0  # answers of norm <= beta differ by <= 2 beta between any two teachers
+    teachers: int = 1  # members of the teacher ensemble; label mode with more than one aggregates noisy votes
+
+    @property
+    def votes(self) -> bool:
+        """Label mode over an ensemble: Gaussian noise on vote counts (GNMax) instead of randomized response."""
+        return self.mode == "label" and self.teachers > 1
+
+    @property
+    def sensitivity(self) -> float:
+        """L2 distance between the answers on neighbouring data sets, in the unit the noise std is given in:
+        2 (times beta) for bounded gradients, sqrt(2) for vote counts (one member moves two counts by one)."""
+        return math.sqrt(2) if self.votes else self.sensitivity_factor
 
     def validate(self, num_classes: int) -> None:
         if self.mode not in ("data", "label", "none"):
@@ -64,6 +76,14 @@ class PrivacyRequest:
             raise PrivacyParameterError(f"the norm bound beta must be positive, got {self.beta}")
         if self.epsilon0 is not None:
             validate_epsilon(self.epsilon0)
+        if self.teachers < 1:
+            raise PrivacyParameterError(f"an ensemble has at least one teacher, got {self.teachers}")
+        if self.votes and self.accounting == "paper":
+            raise PrivacyParameterError("paper accounting has no formula for an ensemble's noisy votes; use the "
+                                        "sound accounting")
+        if self.votes and self.epsilon0 is not None:
+            raise PrivacyParameterError("--epsilon0 sets randomized response for one teacher; an ensemble's labels "
+                                        "are noisy votes: set their noise with --sigma, or leave it calibrated")
         if not 2 <= self.num_candidates <= num_classes:
             raise PrivacyParameterError(
                 f"top-k must be between 2 and the number of classes ({num_classes}), got {self.num_candidates}"
@@ -84,7 +104,7 @@ class PrivacyPlan:
     @property
     def sigma(self) -> float | None:
         if isinstance(self.query, GaussianQuery):
-            return self.query.noise_multiplier * self.request.sensitivity_factor
+            return self.query.noise_multiplier * self.request.sensitivity
         return None
 
     @property
@@ -102,6 +122,8 @@ class PrivacyPlan:
             return None
         if isinstance(self.query, RandomizedResponseQuery):
             return self.query.epsilon0
+        if self.request.votes:
+            return None  # no seed states a formula for noisy votes over the student's candidates
         iterations = answered / self.batch_size
         return paper_epsilon_dpsd_data(self.request.beta, self.num_classes, self.batch_size, iterations,
                                        self.sigma, self.request.delta)
@@ -125,10 +147,15 @@ class PrivacyPlan:
             "paper_epsilon": self.paper_epsilon(answered),
             "paper_epsilon_label": ("paper formula (DPSD Theorem 1), NOT a guarantee" if request.mode == "data"
                                     else "paper reading (DPSD Theorem 2: per-query eps0), NOT a guarantee"),
+            "teachers": request.teachers,
         }
         if request.mode == "data":
             summary.update(sigma=self.sigma, beta=request.beta, noise_std=self.sigma * request.beta,
                            noise_multiplier=self.query.noise_multiplier)
+        elif request.votes:
+            summary.update(aggregation="noisy plurality of the members' votes among the student's top-k (GNMax)",
+                           sigma=self.sigma, noise_std=self.sigma, noise_multiplier=self.query.noise_multiplier,
+                           num_candidates=request.num_candidates)
         else:
             summary.update(epsilon0=self.query.epsilon0, num_candidates=self.query.num_candidates,
                            label_dp_per_query_epsilon=self.query.epsilon0)
@@ -159,9 +186,9 @@ def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, ite
 
 def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> QuerySpec:
     planned = batch_size * iterations
-    if request.mode == "data":
+    if request.mode == "data" or request.votes:
         if request.sigma is not None:
-            return GaussianQuery(request.sigma / request.sensitivity_factor)
+            return GaussianQuery(request.sigma / request.sensitivity)
         if request.accounting == "paper":
             raise PrivacyParameterError("paper accounting needs a fixed --sigma (the paper preset sets 100)")
         return calibrate_gaussian(planned, request.epsilon, request.delta)

@@ -76,17 +76,35 @@ def selective_randomized_response(
 ) -> Tensor:
     """Randomized response restricted to a per-sample candidate set (DPSD Eq. 5, DP-DFD's SRR).
 
-    `candidates` is (n, k): class indices chosen from public information (the student's prediction). When the
-    true label is a candidate, it is kept with probability e^eps0 / (e^eps0 + k - 1) and each other candidate
-    is returned with 1 / (e^eps0 + k - 1); otherwise a candidate is drawn uniformly. The uniform draw is a
-    mixture of the randomized-response outputs, so every pair of outputs is bounded by k-ary randomized
-    response with eps0: that is the accounting unit.
+    `candidates` is an (n, classes) boolean mask chosen from public information (the student's prediction), with
+    k_i >= 2 candidates in row i. When the true label is a candidate, it is kept with probability
+    e^eps0 / (e^eps0 + k_i - 1) and each other candidate is returned with 1 / (e^eps0 + k_i - 1); otherwise a
+    candidate is drawn uniformly. The uniform draw is a mixture of the randomized-response outputs, so every pair
+    of outputs is bounded by k_i-ary randomized response with eps0, itself bounded by binary randomized response
+    with eps0 (the worst case): that is the accounting unit.
     """
-    n, k = candidates.shape
-    p_true, p_other = randomized_response_probabilities(epsilon0, k)
-    is_true = candidates == true_labels.unsqueeze(1)
+    counts = candidates.sum(dim=1, keepdim=True)
+    if (counts < 2).any():
+        raise PrivacyParameterError("selective randomized response needs at least 2 candidates per sample")
+    if not (epsilon0 > 0 and math.isfinite(epsilon0)):
+        raise PrivacyParameterError(f"randomized-response epsilon must be positive and finite, got {epsilon0}")
+    other = math.exp(-epsilon0)  # each other candidate's weight relative to the true label's (no overflow)
+    classes = torch.arange(candidates.shape[1], device=candidates.device)
+    is_true = candidates & (classes == true_labels.unsqueeze(1))
     hit = is_true.any(dim=1, keepdim=True)
-    weights = torch.where(is_true, p_true, p_other)
-    weights = torch.where(hit, weights, torch.full_like(weights, 1.0 / k))
-    choice = torch.multinomial(weights.cpu(), 1, generator=generator).to(candidates.device)
-    return candidates.gather(1, choice).squeeze(1)
+    denominator = 1 + (counts - 1) * other
+    weights = torch.where(is_true, 1.0 / denominator, other / denominator) * candidates
+    weights = torch.where(hit, weights, candidates / counts)
+    return torch.multinomial(weights.cpu(), 1, generator=generator).squeeze(1).to(candidates.device)
+
+
+def noisy_vote(votes: Tensor, candidates: Tensor, sigma: float, generator: torch.Generator) -> Tensor:
+    """PATE's GNMax restricted to a candidate set: the candidate whose vote count plus N(0, sigma^2) is largest.
+
+    `votes` is (n, classes) counts of an ensemble's members; `candidates` an (n, classes) boolean mask from public
+    information. One private example changes one member's vote, moving two counts by one: L2 sensitivity sqrt(2).
+    """
+    if not sigma > 0:
+        raise PrivacyParameterError(f"the vote noise sigma must be positive, got {sigma}")
+    noisy = votes.float() + gaussian_noise(votes.shape, sigma, generator, votes.device)
+    return noisy.masked_fill(~candidates, -math.inf).argmax(dim=1)

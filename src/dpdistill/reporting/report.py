@@ -101,8 +101,8 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
 
 ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "generator_student_weight",
                "one_hot_weight", "entropy_weight", "activation_weight", "batchnorm_weight", "adversarial_weight",
-               "student_steps", "replay_size", "student_schedule", "class_balanced", "distill_loss",
-               "gradient_operation", "top_k")
+               "student_steps", "replay_size", "augment_shift", "augment_flip", "student_schedule", "class_balanced",
+               "distill_loss", "gradient_operation", "top_k", "candidates", "candidate_threshold")
 
 
 def _engine_lines(config: dict[str, Any]) -> list[str]:
@@ -138,7 +138,7 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         f"| paper_epsilon ({privacy.get('paper_epsilon_label', 'n/a')}) | {_number(privacy.get('paper_epsilon'))} |",
         f"| teacher queries | {privacy.get('queries')} |",
     ]
-    for key in ("sigma", "beta", "noise_std", "epsilon0", "num_candidates"):
+    for key in ("teachers", "aggregation", "sigma", "beta", "noise_std", "epsilon0", "num_candidates"):
         if key in privacy:
             lines.append(f"| {key} | {_number(privacy[key])} |")
     timing = report["timing"]

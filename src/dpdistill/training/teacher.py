@@ -21,23 +21,26 @@ class TeacherConfig:
     epochs: int = 5
     batch_size: int = 128
     lr: float = 1e-3
+    min_steps: int = 0  # at least this many optimizer steps: a small partition gets more epochs
     seed: int = 0
     device: str = "cpu"
 
 
-def train_classifier(dataset: ImageDataset, config: TeacherConfig,
-                     progress: Callable[[dict], None] | None = None) -> tuple[Classifier, dict]:
-    """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch."""
+def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Callable[[dict], None] | None = None,
+                     evaluate_each_epoch: bool = True) -> tuple[Classifier, dict]:
+    """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
+    (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members)."""
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     model = build_classifier(config.arch, dataset.input_shape, dataset.num_classes).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     steps_per_epoch = -(-len(dataset.x_train) // config.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs * steps_per_epoch)
+    epochs = max(config.epochs, -(-config.min_steps // steps_per_epoch))
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
     history = []
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(1, epochs + 1):
         model.train()
         order = torch.randperm(len(dataset.x_train), generator=order_generator)
         total_loss = 0.0
@@ -49,8 +52,9 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig,
             optimizer.step()
             schedule.step()
             total_loss += loss.item() * len(index)
-        record = {"epoch": epoch, "train_loss": total_loss / len(order),
-                  "test_accuracy": accuracy(model, dataset.x_test, dataset.y_test, device=device)}
+        record = {"epoch": epoch, "train_loss": total_loss / len(order)}
+        if evaluate_each_epoch or epoch == epochs:
+            record["test_accuracy"] = accuracy(model, dataset.x_test, dataset.y_test, device=device)
         history.append(record)
         if progress:
             progress(record)

@@ -1,0 +1,66 @@
+"""Annotators: an ensemble's bounded answers are summed before one noise draw; its labels are noisy votes."""
+
+import pytest
+import torch
+
+from dpdistill.methods.annotation import (CandidateSet, DistillationGradient, NoisyVoteAnnotator,
+                                          OutputGradientAnnotator, TeacherAnnotator)
+from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
+
+
+def _gradient_annotator(sigma: float, seed: int = 0) -> OutputGradientAnnotator:
+    ledger = PrivacyLedger(GaussianQuery(sigma / 2), max_queries=10**6)
+    return OutputGradientAnnotator(DistillationGradient("kd"), ledger, beta=1.0, sigma=sigma, top_k=None, step=0.1,
+                                   generator=torch.Generator().manual_seed(seed))
+
+
+def _released_step(targets: torch.Tensor, student: torch.Tensor, step: float = 0.1) -> torch.Tensor:
+    """What moved the student's logits (up to a per-row constant): (z - log y) / step, centred per row."""
+    shift = (student - targets.log()) / step
+    return shift - shift.mean(1, keepdim=True)
+
+
+def test_an_ensemble_of_m_agreeing_teachers_divides_the_noise_by_m():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(4000, 10), torch.randn(4000, 10)
+    single = _gradient_annotator(sigma=50.0).annotate(teacher, student)
+    ensemble = _gradient_annotator(sigma=50.0).annotate(teacher.expand(4, -1, -1), student)
+    ratio = _released_step(single, student).std() / _released_step(ensemble, student).std()
+    assert ratio == pytest.approx(4.0, rel=0.05)
+
+
+def test_without_noise_an_ensemble_releases_the_mean_of_its_bounded_answers():
+    torch.manual_seed(1)
+    student, members = torch.randn(50, 10), torch.randn(3, 50, 10)
+    annotator = _gradient_annotator(sigma=1e-6)
+    together = _released_step(annotator.annotate(members, student), student)
+    alone = torch.stack([_released_step(annotator.annotate(m, student), student) for m in members]).mean(0)
+    assert torch.allclose(together, alone, atol=1e-3)
+    assert annotator.ledger.answered == 50 + 3 * 50  # one query per sample, whatever the ensemble's size
+
+
+def test_noisy_votes_count_each_members_top_class():
+    members = torch.zeros(5, 2, 4)
+    members[:3, :, 1] = 5.0  # three members vote class 1
+    members[3:, :, 2] = 5.0  # two vote class 2
+    student = torch.tensor([[0.0, 3.0, 2.0, 1.0], [0.0, 1.0, 3.0, 2.0]])
+    ledger = PrivacyLedger(GaussianQuery(1e-3), max_queries=10)
+    labels = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(2), torch.Generator()).annotate(members, student).argmax(1)
+    assert labels.tolist() == [1, 2]  # the second sample's candidates are {2, 3}: class 1 is not offered
+    assert ledger.answered == 2
+
+
+def test_without_privacy_an_ensemble_teaches_its_mean_probability():
+    members = torch.randn(3, 6, 5)
+    targets = TeacherAnnotator(temperature=2.0).annotate(members, torch.zeros(6, 5))
+    assert torch.allclose(targets, torch.softmax(members / 2, -1).mean(0))
+
+
+def test_candidates_are_the_top_k_or_every_class_above_the_threshold_and_at_least_two():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.1, 0.06, 0.04], [0.96, 0.01, 0.01, 0.01, 0.01],
+                                     [0.2, 0.2, 0.2, 0.2, 0.2]]))
+    assert CandidateSet(3)(logits).sum(1).tolist() == [3, 3, 3]
+    threshold = CandidateSet(3, threshold=0.05)(logits)
+    assert threshold[0].tolist() == [True, True, True, True, False]
+    assert threshold[1].sum() == 2 and threshold[1, 0]  # fewer than two above: the top two
+    assert threshold[2].all()  # an undecided student offers every class

@@ -1,0 +1,58 @@
+"""Teacher ensembles: trained on disjoint partitions, saved member by member, loaded whole or refused clearly."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpdistill.errors import CheckpointError
+from dpdistill.models.checkpoint import load_classifier
+from dpdistill.models.ensemble import ENSEMBLE_FILE, TeacherEnsemble, load_teacher, member_directory
+
+
+def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ensemble: Path):
+    report = json.loads((digits_ensemble / "report.json").read_text())
+    assert report["ensemble"] == {"members": 4, "partition": {"scheme": "iid", "alpha": None, "seed": 0}}
+    assert sum(member["examples"] for member in report["members"]) == 1437  # the whole digits training split
+    accuracy = report["accuracy"]
+    assert accuracy["member_min"] > 0.5 and accuracy["teacher"] >= accuracy["member_mean"] - 0.02
+    assert 0.8 < accuracy["plurality_vote"] <= 1
+
+
+def test_an_ensemble_loads_whole_and_each_member_alone(digits_ensemble: Path):
+    ensemble, meta = load_teacher(digits_ensemble)
+    assert isinstance(ensemble, TeacherEnsemble) and len(ensemble) == 4 and meta["ensemble"]["members"] == 4
+    member, _ = load_classifier(member_directory(digits_ensemble, 2))
+    images = torch.randn(5, *meta["in_shape"])
+    with torch.no_grad():
+        assert torch.allclose(ensemble.member_logits(images)[2], member(images))
+        mean_probability = F.softmax(ensemble.member_logits(images), -1).mean(0)
+        assert torch.allclose(ensemble(images).exp(), mean_probability, atol=1e-6)
+    single, _ = load_teacher(member_directory(digits_ensemble, 0))
+    assert not isinstance(single, TeacherEnsemble)
+
+
+def test_a_broken_ensemble_is_a_clear_error(digits_ensemble: Path, tmp_path: Path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / ENSEMBLE_FILE).write_text("{not json")
+    with pytest.raises(CheckpointError, match="not a valid ensemble description"):
+        load_teacher(broken)
+    (broken / ENSEMBLE_FILE).write_text(json.dumps({"kind": "ensemble", "members": 2}))
+    with pytest.raises(CheckpointError, match="no teacher at"):  # members missing
+        load_teacher(broken)
+    (broken / ENSEMBLE_FILE).write_text(json.dumps({"kind": "student", "members": 2}))
+    with pytest.raises(CheckpointError, match="does not describe"):
+        load_teacher(broken)
+
+
+def test_ensemble_forward_is_the_log_of_the_mean_probability():
+    members = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3)) for _ in range(3)]
+    ensemble = TeacherEnsemble(members)  # type: ignore[arg-type]
+    x = torch.randn(2, 1, 2, 2)
+    expected = torch.log(torch.stack([F.softmax(m(x), -1) for m in members]).mean(0))
+    assert torch.allclose(ensemble(x), expected, atol=1e-6)
+    assert math.isclose(ensemble(x).exp().sum(-1)[0].item(), 1.0, rel_tol=1e-5)
