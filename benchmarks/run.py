@@ -44,6 +44,12 @@ class Run:
     command: str = "transcribe"
     quick_args: tuple[str, ...] = ()  # appended in --quick mode
     curve: tuple[str, float] | None = None  # (privacy mode, sound epsilon) for the privacy-accuracy figure
+    teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
+
+    def teacher_row(self) -> str | None:
+        if self.command != "transcribe":
+            return None
+        return self.teacher or f"teacher-{self.dataset}"
 
 
 @dataclass
@@ -58,6 +64,10 @@ class Result:
 
 # Paper numbers: DPSD (seed 000) Table II: FMNIST data eps=10 90.08, label eps=1 89.17; MNIST 97.85 / 97.62.
 PAPER = {("fmnist", "data"): 90.08, ("fmnist", "label"): 89.17, ("mnist", "data"): 97.85, ("mnist", "label"): 97.62}
+# DPDFD (seed 002) Tab. 1 at eps 10; DP-DFD/SRR (seed 001) at label eps 1 and 10.
+PAPER_DPDFD = {"fmnist": 89.88, "mnist": 97.51}
+PAPER_SRR = {("fmnist", "1"): 89.17, ("fmnist", "10"): 90.74, ("mnist", "1"): 97.62, ("mnist", "10"): 98.56}
+ENSEMBLE_SIZES = (10, 50, 250)  # M = 1 is the single teacher
 
 
 SMALL_GENERATOR = ("--set", "generator_width=64,32,16")  # 6x cheaper than the paper's generator
@@ -100,12 +110,65 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
                 runs.append(Run(f"dpsd-{mode}-eps{epsilon:g}-{dataset}", "DPSD at a sound epsilon", dataset,
                                 ("--privacy", mode, "--preset", "paper", "--epsilon", f"{epsilon:g}", *SMALL_GENERATOR),
                                 headline_seeds if headline else 1, quick_args=QUICK, curve=(mode, epsilon)))
+        runs += siblings(dataset, headline_seeds)
         for name, extra in ENGINE_ABLATIONS:
             runs.append(Run(f"engine-{name}-{dataset}", "engine ablation (no privacy, 150 iterations)", dataset,
                             ("--privacy", "none", "--iterations", "150", *extra), quick_args=QUICK))
         for name, extra in ABLATIONS:
             runs.append(Run(f"ablation-{name}-{dataset}", "ablation (data mode, sigma 1, DPSD-T)", dataset,
                             (*ABLATION_BASE, *extra), quick_args=QUICK))
+        runs += dpdfd_ablations(dataset)
+    return runs
+
+
+def siblings(dataset: str, headline_seeds: int) -> list[Run]:
+    """DPDFD and SRR at their papers' settings and at sound epsilons, teacher ensembles, and DP-SGD."""
+    runs = [Run(f"dpdfd-paper-{dataset}", "DPDFD at the paper preset", dataset,
+                ("--method", "dpdfd", "--privacy", "data", "--preset", "paper", "--accounting", "paper", "--epsilon",
+                 "10", *SMALL_GENERATOR), headline_seeds, PAPER_DPDFD.get(dataset), quick_args=QUICK)]
+    for epsilon in ("1", "10"):
+        runs.append(Run(f"srr-paper-eps{epsilon}-{dataset}", "SRR at the paper preset (NO guarantee)", dataset,
+                        ("--method", "srr", "--privacy", "label", "--preset", "paper", "--accounting", "paper",
+                         "--epsilon", epsilon), headline_seeds if epsilon == "1" else 1,
+                        PAPER_SRR.get((dataset, epsilon)), quick_args=(*QUICK, "--set", "generator_pretrain_steps=6")))
+    for epsilon in ("1", "10"):
+        runs.append(Run(f"dpdfd-eps{epsilon}-{dataset}", "DPDFD at a sound epsilon", dataset,
+                        ("--method", "dpdfd", "--privacy", "data", "--preset", "paper", "--epsilon", epsilon,
+                         *SMALL_GENERATOR), quick_args=QUICK))
+        runs.append(Run(f"srr-eps{epsilon}-{dataset}", "SRR at a sound epsilon (NO guarantee)", dataset,
+                        ("--method", "srr", "--privacy", "label", "--preset", "paper", "--epsilon", epsilon),
+                        quick_args=(*QUICK, "--set", "generator_pretrain_steps=6")))
+        for method in ("dpsgd", "dpdfd-direct"):  # 3 epochs: per-example gradients cost ~8 min an epoch here
+            runs.append(Run(f"{method}-eps{epsilon}-{dataset}", "private training on the data (reference)", dataset,
+                            ("--method", method, "--epsilon", epsilon, "--epochs", "3"), command="train-private",
+                            quick_args=("--epochs", "1")))
+    for members in ENSEMBLE_SIZES:
+        runs.append(Run(f"teachers-{members}-{dataset}", "teacher ensemble (plurality vote)", dataset,
+                        ("--partitions", str(members), "--epochs", "5"), command="train-teacher",
+                        quick_args=("--epochs", "1", "--min-steps", "10")))
+    # Ensembles: one example changes one member, so the signal grows with M while the sensitivity stays put.
+    # Data mode sums the members' bounded gradients; label mode takes a noisy plurality (GNMax) over all classes
+    # (the student's top 3 would miss the answer). M = 1 is the `dpsd-*-eps*` rows.
+    for members in ENSEMBLE_SIZES:
+        for mode, extra in (("data", ()), ("label", ("--top-k", "10"))):
+            for epsilon in ("1", "10"):
+                runs.append(Run(f"ensemble-{members}-{mode}-eps{epsilon}-{dataset}", "teacher ensemble at a sound "
+                                "epsilon", dataset, ("--privacy", mode, "--preset", "paper", "--epsilon", epsilon,
+                                                     *extra, *SMALL_GENERATOR), quick_args=QUICK,
+                                teacher=f"teachers-{members}-{dataset}"))
+    return runs
+
+
+# DPDFD's Fig. 2 (norm bound C, normalization vs clipping, paper accounting at eps 0.6) and Tab. 5 (noise scale
+# sigma at eps 10): the paper's loop, whose sound epsilon is printed beside each row.
+def dpdfd_ablations(dataset: str) -> list[Run]:
+    base = ("--method", "dpdfd", "--privacy", "data", "--preset", "paper", "--accounting", "paper", *SMALL_GENERATOR)
+    runs = [Run(f"dpdfd-bound-{bound}-{operation}-{dataset}", "DPDFD ablation: norm bound (Fig. 2)", dataset,
+                (*base, "--epsilon", "0.6", "--beta", bound, "--set", f"gradient_operation={operation}"),
+                quick_args=QUICK)
+            for bound in ("1e-5", "1e-4", "1e-3", "1e-2") for operation in ("normalize", "clip")]
+    runs += [Run(f"dpdfd-sigma-{sigma}-{dataset}", "DPDFD ablation: noise scale (Tab. 5)", dataset,
+                 (*base, "--epsilon", "10", "--sigma", sigma), quick_args=QUICK) for sigma in ("20", "50", "100", "200", "500")]
     return runs
 
 
@@ -146,10 +209,10 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
     if (directory / "report.json").exists() and measured.exists():
         return _load(run, seed, directory)
     command = [sys.executable, "-m", "dpdistill.cli.main", run.command, "--out", str(directory), "--seed", str(seed)]
-    if run.command == "train-teacher":
+    if run.command != "transcribe":
         command += ["--dataset", run.dataset]
     else:
-        command += ["--teacher", str(out / f"teacher-{run.dataset}" / "seed0")]
+        command += ["--teacher", str(out / run.teacher_row() / "seed0")]
         if (directory / "resume").exists():
             command.append("--resume")
     command += [*run.args, *(run.quick_args if quick else ())]  # a repeated option: the last one counts
@@ -162,7 +225,7 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         print(f"  failed with exit code {os.waitstatus_to_exitcode(status)}", flush=True)
         return None
     measured.write_text(json.dumps({"wall_seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024,
-                                    "command": " ".join(["dpdistill", *command[3:]])}))
+                                    "command": " ".join(["dpdistill", *(part for part in command[3:] if part != "--resume")])}))
     return _load(run, seed, directory)
 
 
@@ -232,7 +295,7 @@ def render(rows: list[dict], quick: bool, figure: str | None) -> str:
     return "\n".join(lines)
 
 
-PHASES = ("generate+teacher", "annotate", "student", "generator")
+PHASES = ("pretrain", "generate+teacher", "annotate", "student", "generator")
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -299,6 +362,13 @@ def write_markdown(text: str, path: Path) -> None:
         path.write_text(existing + ("\n" if existing else "") + text + "\n")
 
 
+def select(runs: list[Run], patterns: list[str]) -> list[Run]:
+    """The runs whose names match `patterns`, with the teachers they read (earlier in the table: trained first)."""
+    chosen = {run.name for run in runs if any(fnmatch.fnmatch(run.name, pattern) for pattern in patterns)}
+    needed = chosen | {run.teacher_row() for run in runs if run.name in chosen}
+    return [run for run in runs if run.name in needed]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny runs (smoke pass), results in runs/bench-quick")
@@ -313,8 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     markdown = args.markdown or (out / "BENCHMARKS.md" if args.quick else ROOT / "BENCHMARKS.md")
     runs = table(tuple(args.datasets.split(",")), 1 if args.quick else args.seeds)
     patterns = args.only.split(",")
-    selected = [run for run in runs if any(fnmatch.fnmatch(run.name, p) for p in patterns)
-                or run.command == "train-teacher"]
+    selected = select(runs, patterns)
     out.mkdir(parents=True, exist_ok=True)
     rows, failed = [], []
     for run in selected:

@@ -28,7 +28,8 @@ from dpdistill.models.ensemble import TeacherEnsemble, load_teacher, member_dire
 from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
-METHODS = {"dpsd": DPSDTranscriber}
+METHODS = {"dpsd": DPSDTranscriber, "dpdfd": DPSDTranscriber, "srr": DPSDTranscriber}  # one loop, their differences
+# are configuration (methods/config.py METHOD_DEFAULTS)
 Progress = Callable[[dict], None]
 
 
@@ -192,8 +193,8 @@ def coverage(config: TranscriptionConfig) -> str:
         return "nothing"
     if config.generator_sees_teacher:
         return ("NO formal guarantee for the student or the generator: the synthetic inputs depend on the "
-                "non-private teacher (teacher as discriminator or adversarial term); the stated epsilon covers only "
-                "the teacher's answers given those inputs")
+                "non-private teacher (teacher as discriminator, generator pretrained on the teacher, or adversarial "
+                "term); the stated epsilon covers only the teacher's answers given those inputs")
     return "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 
 
@@ -203,3 +204,53 @@ def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[st
     dataset = _evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
     return {"model": str(model_dir / f"{name}.safetensors"), "dataset": dataset_name,
             "accuracy": accuracy(model, dataset.x_test, dataset.y_test), "n_test": len(dataset.y_test)}
+
+
+def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
+    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
+    with _exclusive(out_dir):
+        return _train_private(config, out_dir, resume, progress)
+
+
+def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool,
+                   progress: Progress | None) -> dict[str, Any]:
+    from dpdistill.reporting.report import write_private_training_report
+    from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
+
+    config_path = out_dir / "config.json"
+    if resume:
+        if not (out_dir / "resume").exists() or not config_path.exists():
+            raise ConfigError(f"nothing to resume in {out_dir}: no interrupted train-private run there (start one "
+                              f"without --resume)")
+        config = PrivateTrainingConfig.from_dict(json.loads(config_path.read_text()))
+    elif (out_dir / "resume").exists():
+        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
+    dataset = load_dataset(config.dataset)
+    started = time.perf_counter()
+    plan = plan_private_training(config, len(dataset.y_train))  # refuses an overspending plan before any write
+    planning_seconds = time.perf_counter() - started
+    trainer = TRAINERS[config.method](config, dataset, plan, out_dir, progress)
+    write_json(config_path, config.to_dict())
+    result = trainer.run(resume)
+
+    meta = _classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
+    save_model(out_dir, result.model, {**meta, "opacus_fixed": bool(result.fixes)}, name="student")
+    report = {
+        "method": config.method,
+        "dataset": config.dataset,
+        "data": dataset.describe(),
+        "privacy": result.privacy,
+        "accuracy": {"student": result.history[-1]["test_accuracy"]},
+        "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": planning_seconds},
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "history": result.history,
+        "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
+                  for fix in result.fixes],
+        "dpdistill_version": __version__,
+    }
+    write_private_training_report(out_dir, report)
+    shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    return report

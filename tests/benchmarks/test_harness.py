@@ -46,3 +46,15 @@ def test_a_partial_pass_replaces_its_rows_and_keeps_the_others():
     previous = [{"run": "teacher-mnist", "v": 0}, {"run": "upper-bound-fmnist", "v": 1}, {"run": "retired-row"}]
     merged = harness.merge(previous, [{"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-fmnist"}], order)
     assert merged == [{"run": "teacher-fmnist"}, {"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-mnist", "v": 0}]
+
+
+def test_a_selection_brings_the_teachers_it_reads_and_no_others():
+    harness = _harness()
+    runs = harness.table(("fmnist",), 1)
+
+    def names(pattern: str) -> list[str]:
+        return [run.name for run in harness.select(runs, [pattern])]
+
+    assert names("ensemble-50-label-eps1-*") == ["teachers-50-fmnist", "ensemble-50-label-eps1-fmnist"]
+    assert names("dpsgd-eps1-*") == ["dpsgd-eps1-fmnist"]  # trains on the data: no teacher
+    assert names("srr-paper-eps1-*") == ["teacher-fmnist", "srr-paper-eps1-fmnist"]

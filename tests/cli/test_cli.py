@@ -115,3 +115,45 @@ def test_impossible_ensembles_are_refused(tmp_path: Path, extra, message):
     result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, *extra)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def _train_private(out: Path, *extra: str):
+    return invoke("train-private", "--out", out, "--batch-size", "64", "--lr", "3e-3", *extra)
+
+
+@pytest.mark.slow
+def test_train_private_dpsgd_from_the_command_line(tmp_path: Path):
+    result = _train_private(tmp_path, "--dataset", "digits", "--epsilon", "10", "--epochs", "2")
+    assert result.exit_code == 0, result.output
+    assert "covered by the guarantee: the student (DP-SGD" in result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["privacy"]["epsilon"] <= 10 and report["privacy"]["epsilon_opacus"] > 0
+    evaluated = invoke("evaluate", "--model", tmp_path, "--dataset", "digits")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads(evaluated.stdout)["accuracy"] == pytest.approx(report["accuracy"]["student"])
+
+
+@pytest.mark.slow
+def test_train_private_dpdfd_direct_says_it_has_no_formal_guarantee(tmp_path: Path):
+    result = _train_private(tmp_path, "--dataset", "digits", "--method", "dpdfd-direct", "--epsilon", "50",
+                            "--epochs", "1")
+    assert result.exit_code == 0, result.output
+    assert "covered by the guarantee: NO formal guarantee" in result.output
+    assert "output gradients only" in result.output
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--dataset", "digits", "--epsilon", "1", "--method", "magic"), "unknown method 'magic'"),
+    (("--dataset", "digits", "--epsilon", "0"), "epsilon must be positive"),
+    (("--dataset", "digits", "--epsilon", "1", "--delta", "1.5"), "delta must be in (0, 1)"),
+    (("--dataset", "digits"), "--epsilon is required"),
+    (("--dataset", "digits", "--epsilon", "1", "--sigma", "0.3"), "> budget 1.0"),
+    (("--dataset", "nope", "--epsilon", "1"), "unknown dataset 'nope'"),
+    (("--dataset", "digits", "--epsilon", "1", "--resume"), "nothing to resume"),
+])
+def test_train_private_error_paths(tmp_path: Path, extra, message):
+    result = _train_private(tmp_path / "out", *extra)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert not (tmp_path / "out" / "report.json").exists()

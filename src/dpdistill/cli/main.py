@@ -67,10 +67,12 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
         step = record.get("iteration", record.get("epoch", record.get("member")))
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
-                                                                       "student_loss", "queries", "train_loss"))
-        bar.update(task, completed=step, status=status)
-        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy")):
-            console.print(f"{description} {step}/{total} {status}", highlight=False)  # logs see progress too
+                                                                       "student_loss", "queries", "train_loss",
+                                                                       "pretrain_step"))
+        bar.update(task, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
+        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy", "pretrain_step")):
+            position = "" if step is None else f"{step}/{total} "
+            console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
     return bar, update
 
@@ -133,7 +135,8 @@ def transcribe_command(
     teacher: Path = typer.Option(..., help="teacher directory (model.safetensors + meta.json), or an ensemble's "
                                            "(ensemble.json + member-XXX/)"),
     out: Path = typer.Option(..., help="output directory"),
-    method: str = typer.Option("dpsd", help="transcription method"),
+    method: str = typer.Option("dpsd", help="dpsd (seed 000), dpdfd (seed 002: data mode, no top-k) or srr (seed 001: "
+                                            "label mode, generator pretrained on the teacher: NO formal guarantee)"),
     privacy: PrivacyModeOption = typer.Option(PrivacyModeOption.data, help="data, label, or none (no guarantee)"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound by default)"),
     delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
@@ -227,6 +230,63 @@ def demo_command(out: Path = typer.Option(Path("runs/demo"), help="output direct
     from dpdistill.demo import run_demo
 
     run_demo(out, console)
+
+
+@app.command("train-private")
+@clear_errors
+def train_private_command(
+    dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
+    out: Path = typer.Option(..., help="directory for student.safetensors, config.json, report.json and report.md"),
+    method: str = typer.Option("dpsgd", help="dpsgd (Opacus DP-SGD: the student is covered) or dpdfd-direct "
+                                             "(noisy output-gradient targets: NO formal guarantee for the student)"),
+    epsilon: Optional[float] = typer.Option(None, help="privacy budget; the noise is calibrated to it unless --sigma"),
+    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
+    sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (std / max-grad-norm); dpdfd-direct: "
+                                                     "noise std / beta. Default: calibrated to --epsilon"),
+    max_grad_norm: float = typer.Option(1.0, help="dpsgd: per-example gradient clipping norm"),
+    beta: float = typer.Option(1e-3, help="dpdfd-direct: norm C of each output gradient"),
+    target_step: float = typer.Option(0.1, help="dpdfd-direct: gamma, step of the noisy gradient on the logits"),
+    student_arch: str = typer.Option("datalens", help="the student transcription uses, or module:callable"),
+    epochs: int = typer.Option(10, min=1),
+    batch_size: int = typer.Option(256, min=1, help="expected batch size (Poisson sampling)"),
+    lr: float = typer.Option(1e-3, help="Adam's learning rate"),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("cpu", help="cpu or cuda"),
+    resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
+                                            "options are then ignored)"),
+) -> None:
+    """Train the student on the private data directly with DP: the baseline that transcription is compared to."""
+    from dpdistill.pipeline import train_private
+    from dpdistill.training.private import PrivateTrainingConfig
+
+    config = None if resume else PrivateTrainingConfig(
+        dataset=dataset, method=method, epsilon=epsilon, delta=delta, sigma=sigma, max_grad_norm=max_grad_norm,
+        beta=beta, target_step=target_step, student_arch=student_arch, epochs=epochs, batch_size=batch_size, lr=lr,
+        seed=seed, device=device)
+    bar, update = _progress_bar(epochs, f"{method} on {dataset}")
+    with bar:
+        report = train_private(config, out, resume, update)
+    print_private_summary(report, out)
+
+
+def print_private_summary(report: dict, out: Path) -> None:
+    """Accuracy, the epsilons side by side, and first of all whether the student is covered."""
+    privacy = report["privacy"]
+    table = Table(title=f"train-private {report['method']} / {report['dataset']}")
+    table.add_column("quantity")
+    table.add_column("value")
+    table.add_row("student accuracy", f"{100 * report['accuracy']['student']:.2f}%")
+    table.add_row("epsilon (dp-accounting PLD)" if privacy["formal_guarantee"] else "epsilon (output gradients only)",
+                  f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g} (budget {privacy['budget_epsilon']:g})")
+    if "epsilon_opacus" in privacy:
+        table.add_row("epsilon (RDP: dp-accounting / Opacus)", f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
+    table.add_row("noise multiplier, sampling rate, steps",
+                  f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
+    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
+    table.add_row("report", str(out / "report.md"))
+    Console().print(table)
+    style = "" if privacy["formal_guarantee"] else "bold red"
+    Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m dpdistill`

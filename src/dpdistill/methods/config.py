@@ -53,6 +53,9 @@ class TranscriptionConfig:
     entropy_weight: float = 5.0
     activation_weight: float = 0.1
     batchnorm_weight: float = 0.0  # match the discriminator's BatchNorm running statistics (DP-DFD, DeepInversion)
+    generator_updates: bool = True  # False: the generator stays as initialised or pretrained during the loop
+    generator_pretrain_steps: int = 0  # DP-DFD/SRR: train the generator this many steps with the teacher as fixed
+    # discriminator before the private loop; the teacher is then read without protection (no formal guarantee)
     adversarial_weight: float = 0.0  # seek inputs where student and teacher disagree (DFAD): unprotected teacher
     # access, so with a weight above 0 nothing is covered by the guarantee (like DPSD-T)
     eval_every: int = 20
@@ -71,6 +74,11 @@ class TranscriptionConfig:
         return cls(**values)
 
     def validate(self, num_classes: int) -> None:
+        if self.method not in METHOD_DEFAULTS:
+            raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHOD_DEFAULTS)}")
+        if (self.method, self.privacy.mode) in (("dpdfd", "label"), ("srr", "data")):
+            raise ConfigError(f"{self.method} protects {'data' if self.method == 'dpdfd' else 'labels'} only: use "
+                              f"--privacy {'data' if self.method == 'dpdfd' else 'label'} (or none), or --method dpsd")
         for name in ("iterations", "batch_size", "student_steps", "latent_dim", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -90,7 +98,7 @@ class TranscriptionConfig:
             raise ConfigError(f"candidate-threshold must be in [0, 1), got {self.candidate_threshold}")
         if self.student_schedule not in ("constant", "cosine"):
             raise ConfigError(f"unknown student schedule {self.student_schedule!r}: choose constant or cosine")
-        for name in ("replay_size", "augment_shift", "batchnorm_weight", "adversarial_weight", "one_hot_weight", "entropy_weight",
+        for name in ("replay_size", "augment_shift", "generator_pretrain_steps", "batchnorm_weight", "adversarial_weight", "one_hot_weight", "entropy_weight",
                      "activation_weight", "generator_student_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -101,30 +109,54 @@ class TranscriptionConfig:
     @property
     def generator_sees_teacher(self) -> bool:
         """True when the generator learns from the unprotected teacher: its samples then carry no guarantee."""
-        return self.discriminator == "teacher" or self.adversarial_weight > 0
+        return self.discriminator == "teacher" or self.adversarial_weight > 0 or self.generator_pretrain_steps > 0
 
 
-def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
-    """DPSD's published settings (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200, k 3.
+# Where the sibling methods differ from DPSD; applied before any preset. Each runs on the same loop.
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dpsd": {},
+    # DPDFD (seed 002): the whole normalized output gradient (no top-k), fresh latent vectors, and the generator's
+    # loss CE + alpha entropy + beta L2 activation with alpha = beta = 1, the student as fixed discriminator.
+    "dpdfd": {"top_k": None, "latents": "fresh", "entropy_weight": 1.0, "activation_weight": 1.0},
+    # DP-DFD with selective randomized response (seed 001): a generator pretrained with the teacher as fixed
+    # discriminator (CE + 5 entropy + 10 BatchNorm statistics), then stages of one teacher query per sample,
+    # randomized response over the classes the student gives more than 1/(2 classes) (at least two), the student
+    # fitted to the answers (cross-entropy to a one-hot answer is its KL up to a constant), the generator
+    # fine-tuned with the student as discriminator. The student replays earlier answers (post-processing).
+    "srr": {"candidates": "threshold", "generator_pretrain_steps": 1000, "latents": "fresh", "entropy_weight": 5.0,
+            "batchnorm_weight": 10.0, "activation_weight": 0.0, "generator_width": (64, 32, 16), "generator_lr": 1e-3,
+            "generator_beta1": 0.5, "replay_size": 20000, "student_steps": 8, "student_schedule": "cosine"},
+}
+
+
+def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
+    """The seeds' published settings. DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
+    k 3. DPDFD (seed 002) states sigma 100 (its best, Tab. 5) and a small norm bound C (Fig. 2): the same
+    sigma, C and loop sizes, without top-k. SRR (seed 001) states only the threshold and loss weights (its
+    method defaults): DPSD's b and T, and eps as the per-query randomized-response budget under paper accounting.
 
     Under sound accounting the noise is calibrated to the budget instead of fixed at sigma = 100, because
     sigma = 100 at these settings spends a sound epsilon of about 29.
     """
     beta = 1e-3 if epsilon is not None and epsilon <= 1 else 5e-3
-    privacy: dict[str, Any] = {"beta": beta, "delta": 1e-5, "num_candidates": 3}
+    privacy: dict[str, Any] = {"beta": beta, "delta": 1e-5}
     if accounting == "paper" and privacy_mode == "data":
         privacy["sigma"] = 100.0
-    return {"iterations": 200, "batch_size": 256, "top_k": 3, "target_step": 0.1, "generator_lr": 1e-2,
-            "dkd_beta": 8.0, "distill_loss": "dkd", "privacy": privacy}
+    values: dict[str, Any] = {"iterations": 200, "batch_size": 256, "privacy": privacy}
+    if method in ("dpsd", "dpdfd"):
+        values.update(target_step=0.1, dkd_beta=8.0, distill_loss="dkd")
+    if method == "dpsd":
+        values.update(top_k=3, generator_lr=1e-2)
+    return values
 
 
-def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
+def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """Small and fast: for the 8x8 digits demo and smoke tests on 2 CPU cores."""
     return {"iterations": 150, "batch_size": 128, "generator_width": (64, 32, 16),
             "eval_every": 25, "checkpoint_every": 50}
 
 
-def engine_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
+def engine_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """The strongest data-free engine measured here (BENCHMARKS.md): the generator learns from the teacher
     (BatchNorm statistics, confident and balanced classes) and seeks inputs where student and teacher disagree;
     the student replays recent samples. The teacher is read without protection, so a private run with these
@@ -134,10 +166,10 @@ def engine_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> 
             "generator_student_weight": 0.0, "replay_size": 20000, "student_steps": 8, "student_schedule": "cosine"}
 
 
-def upper_bound_preset(privacy_mode: str, epsilon: float | None, accounting: str) -> dict[str, Any]:
+def upper_bound_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """The non-private upper bound (the default of `--privacy none`): the engine with twice the student steps,
     replayed samples shifted and mirrored and labelled afresh by the teacher, run long enough to converge."""
-    return {**engine_preset(privacy_mode, epsilon, accounting), "iterations": 600, "temperature": 4.0, "eval_every": 100,
+    return {**engine_preset(privacy_mode, epsilon, accounting, method), "iterations": 600, "temperature": 4.0, "eval_every": 100,
             "checkpoint_every": 50, "student_steps": 16, "augment_shift": 2, "augment_flip": True}
 
 
@@ -173,18 +205,21 @@ def _parse_value(key: str, text: str, default: Any) -> Any:
 
 
 def build_config(preset: str | None, overrides: dict[str, Any], privacy_overrides: dict[str, Any]) -> TranscriptionConfig:
-    """Defaults, then the presets in order (`paper,engine`; without one: the mode's default), then the user's
-    explicit options (None means 'not given')."""
+    """Defaults, then the method's differences from DPSD, then the presets in order (`paper,engine`; without one:
+    the mode's default), then the user's explicit options (None means 'not given')."""
     mode = privacy_overrides.get("mode", "data")
     epsilon = privacy_overrides.get("epsilon")
     accounting = privacy_overrides.get("accounting") or "sound"
-    values: dict[str, Any] = {}
+    method = overrides.get("method") or "dpsd"
+    if method not in METHOD_DEFAULTS:
+        raise ConfigError(f"unknown method {method!r}: choose one of {', '.join(METHOD_DEFAULTS)}")
+    values: dict[str, Any] = dict(METHOD_DEFAULTS[method])
     privacy_values: dict[str, Any] = {"mode": mode, "epsilon": epsilon}
     preset = preset if preset is not None else DEFAULT_PRESETS.get(mode)
     for name in preset.split(",") if preset else ():
         if name.strip() not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}: choose one or more (comma-separated) of {', '.join(PRESETS)}")
-        preset_values = PRESETS[name.strip()](mode, epsilon, accounting)
+        preset_values = PRESETS[name.strip()](mode, epsilon, accounting, method)
         privacy_values.update(preset_values.pop("privacy", {}))
         values.update(preset_values)
     values.update({k: v for k, v in overrides.items() if v is not None})

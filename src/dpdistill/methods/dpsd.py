@@ -79,8 +79,9 @@ class DPSDTranscriber:
         if members != config.privacy.teachers:
             raise ConfigError(f"the privacy request counts {config.privacy.teachers} teacher(s) but the teacher has "
                               f"{members}: the mechanism and its accounting depend on it")
-        if members > 1 and config.discriminator == "teacher":
-            raise ConfigError("the teacher as discriminator (DPSD-T) needs a single teacher, not an ensemble")
+        if members > 1 and (config.discriminator == "teacher" or config.generator_pretrain_steps):
+            raise ConfigError("the teacher as discriminator (DPSD-T, generator pretraining) needs a single teacher, "
+                              "not an ensemble")
         self.config = config
         self.device = torch.device(config.device)
         self.in_shape = in_shape
@@ -101,10 +102,14 @@ class DPSDTranscriber:
         self.generator_optimizer = torch.optim.Adam([*self.generator.parameters(), self.latents], lr=config.generator_lr,
                                                     betas=(config.generator_beta1, 0.999))
         self.replay = ReplayBuffer(config.replay_size) if config.replay_size else None
-        discriminator = self.teacher if config.discriminator == "teacher" else self.student
-        if config.batchnorm_weight > 0 and not any(isinstance(m, nn.BatchNorm2d) for m in discriminator.modules()):
-            raise ConfigError(f"batchnorm-weight needs a discriminator with BatchNorm layers; the {config.discriminator} "
-                              f"({type(discriminator).__name__}) has none")
+        discriminators = {config.discriminator: self.teacher if config.discriminator == "teacher" else self.student}
+        if config.generator_pretrain_steps:
+            discriminators["teacher"] = self.teacher
+        if config.batchnorm_weight > 0 and not any(isinstance(module, nn.BatchNorm2d) for model in discriminators.values()
+                                                   for module in model.modules()):
+            raise ConfigError(f"batchnorm-weight needs a discriminator with BatchNorm layers; the "
+                              f"{' and '.join(discriminators)} ({', '.join(type(m).__name__ for m in discriminators.values())}) "
+                              f"have none")
         self.noise_generator = torch.Generator().manual_seed(config.seed + 1)
         self.ledger = self.plan.ledger()
         self.annotator = self._make_annotator(self.ledger)
@@ -112,6 +117,7 @@ class DPSDTranscriber:
         # compared at the same temperature. Private targets are probabilities at temperature 1.
         self.fit_temperature = config.temperature if config.privacy.mode == "none" else 1.0
         self.iteration = 0
+        self.pretrained = 0  # generator pretraining steps done
         self.history: list[dict] = []
 
     def _make_annotator(self, ledger: PrivacyLedger | None) -> Annotator:
@@ -140,7 +146,8 @@ class DPSDTranscriber:
         if config.latents == "fresh":
             with torch.no_grad():
                 self.latents.normal_()
-        images = self.generator(self.latents)
+        with torch.set_grad_enabled(config.generator_updates):
+            images = self.generator(self.latents)
         detached = images.detach()
         teacher_view = None
         if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
@@ -166,6 +173,8 @@ class DPSDTranscriber:
             student_loss.backward()
             self.student_optimizer.step()
         clock = _lap(timings, "student", clock)
+        if not config.generator_updates:
+            return {"student_loss": student_loss.item()}
 
         generator_terms = self._generator_terms(images, targets, teacher_view)
         generator_loss = sum(generator_terms.values())
@@ -229,19 +238,46 @@ class DPSDTranscriber:
         self.student.requires_grad_(False)
         view = teacher_view if teacher_view is not None else self._discriminate(self.student, images)
         student_logits = view.logits if teacher_view is None else self.student(images)
+        terms = {"student": config.generator_student_weight * self._fit_to_targets(student_logits, targets),
+                 **self._discriminator_terms(view)}
+        if config.adversarial_weight > 0:
+            teacher_logits = teacher_view.logits if teacher_view is not None else self.teacher(images)
+            divergence = kd_loss(student_logits, teacher_logits, self.fit_temperature) / self.fit_temperature**2
+            terms["adversarial"] = -config.adversarial_weight * divergence.mean()
+        return terms
+
+    def _discriminator_terms(self, view: "DiscriminatorView") -> dict[str, Tensor]:
+        """L_g: confident (one-hot), class-balanced (entropy), strongly activating samples, and BatchNorm
+        statistics like the discriminator's training data's when asked for."""
+        config = self.config
         terms = {
-            "student": config.generator_student_weight * self._fit_to_targets(student_logits, targets),
             "one_hot": config.one_hot_weight * one_hot_loss(view.logits),
             "entropy": config.entropy_weight * information_entropy_loss(view.logits),
             "activation": config.activation_weight * activation_loss(view.features),
         }
         if view.batchnorm is not None:
             terms["batchnorm"] = config.batchnorm_weight * view.batchnorm
-        if config.adversarial_weight > 0:
-            teacher_logits = teacher_view.logits if teacher_view is not None else self.teacher(images)
-            divergence = kd_loss(student_logits, teacher_logits, self.fit_temperature) / self.fit_temperature**2
-            terms["adversarial"] = -config.adversarial_weight * divergence.mean()
         return terms
+
+    def pretrain_generator(self, timings: dict[str, float]) -> None:
+        """DP-DFD step 1: the generator learns L_g with the teacher as fixed discriminator, before any private
+        query. The teacher is read without noise, so nothing trained on these samples has a formal guarantee."""
+        clock = time.perf_counter()
+        self.generator.train()
+        while self.pretrained < self.config.generator_pretrain_steps:
+            with torch.no_grad():
+                self.latents.normal_()
+            terms = self._discriminator_terms(self._discriminate(self.teacher, self.generator(self.latents)))
+            loss = sum(terms.values())
+            self.generator_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.generator_optimizer.step()
+            self.pretrained += 1
+            if self.pretrained % self.config.eval_every == 0 and self.progress:
+                self.progress({"pretrain_step": self.pretrained, "generator_loss": loss.item()})
+            if self.work_dir and self.pretrained % self.config.checkpoint_every == 0:
+                self._checkpoint()
+        _lap(timings, "pretrain", clock)
 
     # --- the run -------------------------------------------------------------------------------------------
 
@@ -250,6 +286,7 @@ class DPSDTranscriber:
             self._restore()
         timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
+        self.pretrain_generator(timings)
         while self.iteration < self.config.iterations:
             losses = self.step(timings)
             self.iteration += 1
@@ -280,6 +317,7 @@ class DPSDTranscriber:
     def _checkpoint(self) -> None:
         save_state(self.work_dir / "resume", {
             "iteration": self.iteration,
+            "pretrained": self.pretrained,
             "answered": self._answered(),
             "student": self.student.state_dict(),
             "generator": self.generator.state_dict(),
@@ -306,6 +344,7 @@ class DPSDTranscriber:
             self.replay.restore(state["replay"])
         torch.set_rng_state(state["torch_rng"])
         self.iteration = state["iteration"]
+        self.pretrained = state["pretrained"]
         self.history = state["history"]
         if self.ledger is not None:
             self.ledger.answered = state["answered"]

@@ -6,7 +6,8 @@ A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (n
 The JSON description ("meta") holds `kind` ("classifier" or "generator") and what rebuilds the model:
 `arch`, `arch_options`, `in_shape`, `num_classes` for a classifier (`arch` may be a user's
 `module.path:callable`, re-imported on load); `latent_dim`, `out_shape`, `width` for a generator. Callers add
-provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given.
+provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
+whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def load_classifier(directory: Path, name: str = TEACHER) -> tuple[Classifier, d
     _check_kind(meta, "classifier", directory, name)
     model: Classifier = _build(directory, name, lambda: build_classifier(
         meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]), **meta.get("arch_options", {})))
+    if meta.get("opacus_fixed"):
+        from opacus.validators import ModuleValidator  # only such checkpoints need Opacus
+
+        model = ModuleValidator.fix(model)
     _load_weights(directory, name, model, meta["arch"])
     return model.eval(), meta
 

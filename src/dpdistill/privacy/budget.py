@@ -145,8 +145,8 @@ class PrivacyPlan:
             "queries": answered,
             "max_queries": self.max_queries,
             "paper_epsilon": self.paper_epsilon(answered),
-            "paper_epsilon_label": ("paper formula (DPSD Theorem 1), NOT a guarantee" if request.mode == "data"
-                                    else "paper reading (DPSD Theorem 2: per-query eps0), NOT a guarantee"),
+            "paper_epsilon_label": ("paper formula (DPSD Theorem 1 = DPDFD Theorem 3), NOT a guarantee" if request.mode == "data"
+                                    else "paper reading (DPSD Theorem 2, SRR: per-query eps0), NOT a guarantee"),
             "teachers": request.teachers,
         }
         if request.mode == "data":

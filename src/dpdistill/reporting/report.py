@@ -62,8 +62,10 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     left.set_xlabel("iteration")
     left.set_ylabel("student test accuracy (%)")
     left.grid(alpha=0.3)
-    right.plot([r["iteration"] for r in history], [r["student_loss"] for r in history], label="student")
-    right.plot([r["iteration"] for r in history], [r["generator_loss"] for r in history], label="generator")
+    for name in ("student", "generator"):  # a frozen generator (generator_updates=false) has no loss
+        points = [(r["iteration"], r[f"{name}_loss"]) for r in history if f"{name}_loss" in r]
+        if points:
+            right.plot(*zip(*points), label=name)
     right.set_xlabel("iteration")
     right.set_ylabel("loss")
     right.legend()
@@ -183,3 +185,48 @@ def write_transcription_report(out_dir: Path, report: dict[str, Any], samples: T
     save_training_curve(history, out_dir / "training.png")
     write_json(out_dir / "report.json", report)
     (out_dir / "report.md").write_text(transcription_markdown(report))
+
+
+PRIVATE_TRAINING_ROWS = (  # (privacy key, row label) of the private-training report, in this order when present
+    ("epsilon_rdp", "epsilon (dp-accounting RDP, cross-check)"), ("epsilon_opacus", "epsilon (Opacus RDP accountant)"),
+    ("delta", "delta"), ("budget_epsilon", "budget"), ("noise_multiplier", "noise multiplier (std / sensitivity)"),
+    ("sigma", "sigma (noise std / beta)"), ("beta", "beta (norm of each output gradient)"),
+    ("max_grad_norm", "max grad norm (clipping)"), ("noise_std", "noise std"), ("target_step", "target step gamma"),
+    ("sample_rate", "sampling rate (Poisson)"), ("expected_batch_size", "expected batch size"),
+    ("steps", "steps"), ("planned_steps", "planned steps"), ("releases", "per-example releases"),
+)
+
+
+def private_training_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a private-training baseline: what the epsilon covers first, then the figures."""
+    privacy = report["privacy"]
+    if privacy["formal_guarantee"]:
+        statement = (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to "
+                     f"{privacy['unit']} ({privacy['accountant']}). Covered: {privacy['covered']}.")
+    else:
+        statement = (f"**{privacy['covered']}.** Their epsilon: {_number(privacy['epsilon'])} at delta "
+                     f"{privacy['delta']:g}, with respect to {privacy['unit']} ({privacy['accountant']}).")
+    lines = [f"# dpdistill report: private training ({report['method']}) on {report['dataset']}", "", statement, "",
+             "| quantity | value |", "| --- | --- |",
+             f"| student accuracy (real test set) | {_percent(report['accuracy']['student'])} |",
+             f"| epsilon ({privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
+    lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PRIVATE_TRAINING_ROWS if key in privacy]
+    timing = report["timing"]
+    lines += [f"| wall time (training, this session) | {timing['wall_seconds']:.1f} s |",
+              f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
+              "", "## Epochs", "", "| epoch | train loss | test accuracy | steps |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['epoch']} | {r['train_loss']:.4f} | {_percent(r['test_accuracy'])} | {r['steps']} |"
+              for r in report["history"]]
+    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+              f"Seed {report['seed']}; noise and sampling from seeded torch generators (reproducible, not a "
+              f"cryptographic RNG). Every figure above is also in `report.json`."]
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_private_training_report(out_dir: Path, report: dict[str, Any]) -> None:
+    """report.json and report.md in `out_dir`, each written atomically."""
+    write_json(out_dir / "report.json", report)
+    text = private_training_markdown(report)
+    write_atomically({out_dir / "report.md": lambda temporary: temporary.write_text(text)})

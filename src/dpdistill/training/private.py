@@ -1,0 +1,356 @@
+"""Private-training baselines: the student trained on the private data directly, what transcription is compared to.
+
+- `dpsgd`: DP-SGD with Opacus (Poisson sampling, per-example clipping, Gaussian noise on the sum). Every update
+  is a noisy release, so the student is covered by the guarantee (add or remove one training example).
+- `dpdfd-direct` (the DPDFD paper's direct training on private data): each sampled example's cross-entropy
+  gradient with respect to the student's logits is normalised to norm beta and noised; the student fits the
+  softmax of its logits moved against that noisy gradient. The update still depends on the private input through
+  d logits / d weights, which nothing bounds: the student has NO formal guarantee; the epsilon covers only the
+  released noisy output gradients.
+
+Both use the same Poisson sampler (Opacus' DPDataLoader), so the sampling rate and the number of steps that
+the accountant composes are the ones that run; the plan is checked against the budget before training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from opacus import PrivacyEngine
+from opacus.data_loader import DPDataLoader
+from opacus.validators import ModuleValidator
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
+from dpdistill.evaluation.metrics import accuracy
+from dpdistill.losses.distillation import soft_cross_entropy
+from dpdistill.methods.annotation import DistillationGradient, OutputGradientAnnotator
+from dpdistill.methods.state import load_state, save_state
+from dpdistill.models.base import Classifier
+from dpdistill.models.registry import build_classifier
+from dpdistill.privacy.accounting import (
+    PrivacyLedger,
+    SampledGaussianQuery,
+    SampledReleaseQuery,
+    calibrate_dpsgd,
+    calibrate_sampled_release,
+    composed_epsilon,
+    composed_epsilon_rdp,
+    validate_delta,
+    validate_epsilon,
+)
+
+Progress = Callable[[dict], None]
+
+COVERED = {
+    "dpsgd": "the student (DP-SGD: every update is a clipped, noised per-example gradient)",
+    "dpdfd-direct": "NO formal guarantee: the student's update depends on the private inputs through d logits / d "
+                    "weights, which the output-gradient mechanism does not bound; the stated epsilon covers only the "
+                    "released noisy output gradients",
+}
+METHODS = tuple(COVERED)
+
+
+@dataclass(frozen=True)
+class PrivateTrainingConfig:
+    """Every setting of a private-training run; checked on construction, so a bad value fails before any work."""
+
+    dataset: str
+    method: str = "dpsgd"
+    epsilon: float | None = None
+    delta: float = 1e-5
+    sigma: float | None = None  # dpsgd: the noise multiplier (std / max_grad_norm); dpdfd-direct: std / beta
+    max_grad_norm: float = 1.0  # dpsgd: per-example clipping norm
+    beta: float = 1e-3  # dpdfd-direct: norm C of each output gradient
+    target_step: float = 0.1  # dpdfd-direct: gamma, the step of the noisy gradient on the student's logits
+    student_arch: str = "datalens"
+    epochs: int = 10
+    batch_size: int = 256  # expected batch size of the Poisson sampler
+    lr: float = 1e-3
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.epsilon is None:
+            raise PrivacyParameterError("a privacy budget --epsilon is required")
+        validate_epsilon(self.epsilon)
+        validate_delta(self.delta)
+        if self.sigma is not None and not 0 < self.sigma < float("inf"):
+            raise PrivacyParameterError(f"sigma must be positive and finite, got {self.sigma}")
+        for name in ("max_grad_norm", "beta", "target_step", "lr"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ConfigError(f"epochs and batch size must be at least 1, got {self.epochs} and {self.batch_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "PrivateTrainingConfig":
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"the saved configuration does not describe a train-private run ({error})") from error
+
+
+@dataclass(frozen=True)
+class PrivatePlan:
+    """The mechanism fixed before training: one query per step, and exactly `steps` steps."""
+
+    query: SampledGaussianQuery | SampledReleaseQuery
+    steps_per_epoch: int
+    steps: int
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.query.noise_multiplier
+
+    @property
+    def sample_rate(self) -> float:
+        return self.query.sample_rate
+
+
+def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> PrivatePlan:
+    """Fix the noise for `epochs` epochs of Poisson-sampled steps and refuse a plan that would overspend.
+
+    The sampling rate and steps per epoch follow Opacus' own rule (rate 1 / number of batches of the plain
+    loader, int(1 / rate) steps an epoch), so the plan is what runs.
+    """
+    sample_rate = 1 / -(-train_size // config.batch_size)
+    steps_per_epoch = int(1 / sample_rate)
+    steps = config.epochs * steps_per_epoch
+    if config.method == "dpsgd":
+        query = (SampledGaussianQuery(config.sigma, sample_rate) if config.sigma is not None
+                 else calibrate_dpsgd(sample_rate, steps, config.epsilon, config.delta))
+    else:  # answers of norm <= beta differ by <= 2 beta and get noise sigma * beta: multiplier sigma / 2
+        query = (SampledReleaseQuery(config.sigma / 2, sample_rate) if config.sigma is not None
+                 else calibrate_sampled_release(sample_rate, steps, config.epsilon, config.delta))
+    spent = composed_epsilon(query, steps, config.delta)
+    if spent > config.epsilon:
+        raise BudgetExceededError(
+            f"{config.epochs} epochs of {steps_per_epoch} steps at sigma={config.sigma} would spend epsilon="
+            f"{spent:.4g} > budget {config.epsilon}: raise --sigma, lower --epochs, or leave --sigma unset to "
+            f"calibrate the noise to the budget")
+    return PrivatePlan(query, steps_per_epoch, steps)
+
+
+def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
+    """The model Opacus can train, and which layers had to change: per-example gradients need layers that treat
+    examples independently, so ModuleValidator.fix swaps BatchNorm for GroupNorm (the saved student records it)."""
+    if not ModuleValidator.validate(model, strict=False):
+        return model, []
+    fixed = ModuleValidator.fix(model)
+    remaining = ModuleValidator.validate(fixed, strict=False)
+    if remaining:
+        raise ConfigError(f"Opacus cannot train this student even after ModuleValidator.fix: {remaining[0]}")
+    now = dict(fixed.named_modules())
+    return fixed, [f"{name}: {type(layer).__name__} -> {type(now[name]).__name__}"
+                   for name, layer in model.named_modules() if type(now[name]) is not type(layer)]
+
+
+def label_logits(labels: Tensor, num_classes: int) -> Tensor:
+    """Logits of a teacher certain of each private label. KD against it is cross-entropy, so the annotator's
+    distillation gradient is d CE / d logits = softmax(z) - one_hot(y). -1e4 rather than -inf keeps 0 * log 0 at 0."""
+    return (F.one_hot(labels, num_classes).float() - 1) * 1e4
+
+
+@dataclass
+class PrivateTrainingResult:
+    """The trained student, what it spent, and how it went."""
+
+    model: Classifier
+    privacy: dict[str, Any]
+    history: list[dict]
+    wall_seconds: float
+    fixes: list[str]  # what Opacus' ModuleValidator.fix changed in the student (BatchNorm -> GroupNorm)
+
+
+class PrivateTrainer:
+    """The loop both baselines share: Poisson-sampled batches, one ledger charge per step (the run stops before a
+    step beyond the plan), test accuracy and a resumable checkpoint after every epoch."""
+
+    noise_on_device = False  # Opacus draws its noise on the model's device; dpdistill's mechanisms on the CPU
+    formal_guarantee = True  # whether the epsilon covers the released student
+
+    def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
+                 progress: Progress | None = None) -> None:
+        self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.model, self.fixes = self._student(build_classifier(config.student_arch, dataset.input_shape,
+                                                                dataset.num_classes).to(self.device))
+        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.sampler_generator = torch.Generator().manual_seed(config.seed)
+        self.noise_generator = torch.Generator(device=self.device if self.noise_on_device else "cpu")
+        self.noise_generator.manual_seed(config.seed + 1)
+        self.loader = DataLoader(TensorDataset(dataset.x_train, dataset.y_train), batch_size=config.batch_size,
+                                 generator=self.sampler_generator)
+        self.ledger = PrivacyLedger(plan.query, plan.steps)
+        self.epoch = 0
+        self.history: list[dict] = []
+
+    def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
+        return model, []
+
+    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
+        """One update on a sampled batch; returns the per-example losses."""
+        raise NotImplementedError
+
+    def run(self, resume: bool = False) -> PrivateTrainingResult:
+        if resume:
+            self._restore(load_state(self.work_dir / "resume"))
+        started = time.perf_counter()
+        while self.epoch < self.config.epochs:
+            self.model.train()
+            loss_sum, seen = 0.0, 0
+            for images, labels in self.loader:
+                self.ledger.charge(1)
+                loss_sum += self._step(images.to(self.device), labels.to(self.device)).sum().item()
+                seen += len(labels)
+            self.epoch += 1
+            self.history.append({"epoch": self.epoch, "train_loss": loss_sum / max(seen, 1), "steps": self.ledger.answered,
+                                 "test_accuracy": accuracy(self.model, self.dataset.x_test, self.dataset.y_test,
+                                                           device=self.device)})
+            save_state(self.work_dir / "resume", self._state())
+            if self.progress:
+                self.progress(self.history[-1])
+        if self.ledger.answered != self.plan.steps:
+            raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
+        return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
+                                     time.perf_counter() - started, self.fixes)
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """The `privacy` section of the report: the guarantee of the steps run, and what it covers."""
+        config, steps = self.config, self.ledger.answered
+        return {"method": config.method, "mode": "data", "epsilon": composed_epsilon(self.plan.query, steps, config.delta),
+                "delta": config.delta, "budget_epsilon": config.epsilon, "noise_multiplier": self.plan.noise_multiplier,
+                "sample_rate": self.plan.sample_rate, "expected_batch_size": self.plan.sample_rate * len(self.loader.dataset),
+                "steps": steps, "planned_steps": self.plan.steps, "calibrated": config.sigma is None,
+                "formal_guarantee": self.formal_guarantee, "covered": COVERED[config.method]}
+
+    def _state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "sampler_rng": self.sampler_generator.get_state(), "noise_rng": self.noise_generator.get_state(),
+                "torch_rng": torch.get_rng_state(), "history": self.history}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Continue after the last finished epoch: same weights, optimizer, random streams and spent steps."""
+        if state["noise_multiplier"] != self.plan.noise_multiplier:
+            raise CheckpointError(f"the interrupted run used noise multiplier {state['noise_multiplier']}, its saved "
+                                  f"configuration now gives {self.plan.noise_multiplier}: start a new run")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.sampler_generator.set_state(state["sampler_rng"])
+        self.noise_generator.set_state(state["noise_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        self.epoch, self.ledger.answered, self.history = state["epoch"], state["steps"], state["history"]
+
+
+class DPSGDTrainer(PrivateTrainer):
+    """DP-SGD with Opacus' PrivacyEngine (Adam on the privatised gradient: post-processing). Opacus' own RDP
+    accountant follows every step; its figure is reported beside dp-accounting's."""
+
+    noise_on_device = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        with warnings.catch_warnings():  # seeded torch generators, as everywhere in dpdistill (reproducible runs)
+            warnings.filterwarnings("ignore", message="Secure RNG turned off")
+            self.engine = PrivacyEngine(accountant="rdp")
+        self.private_model, self.optimizer, self.loader = self.engine.make_private(
+            module=self.model, optimizer=self.optimizer, data_loader=self.loader,
+            noise_multiplier=self.plan.noise_multiplier, max_grad_norm=self.config.max_grad_norm,
+            noise_generator=self.noise_generator, poisson_sampling=True)
+        if (self.loader.sample_rate, len(self.loader)) != (self.plan.sample_rate, self.plan.steps_per_epoch):
+            raise PrivacyParameterError(f"Opacus samples at rate {self.loader.sample_rate} for {len(self.loader)} steps "
+                                        f"an epoch, the plan at {self.plan.sample_rate} for {self.plan.steps_per_epoch}")
+
+    def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
+        return opacus_compatible(model)
+
+    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = F.cross_entropy(self.private_model(images), labels, reduction="none")
+        with warnings.catch_warnings():  # Opacus' hooks on the first layer, whose input (the data) needs no gradient
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            losses.mean().backward()  # an empty Poisson batch still takes its noisy step
+        self.optimizer.step()
+        return losses.detach()
+
+    def privacy_summary(self) -> dict[str, Any]:
+        config, steps = self.config, self.ledger.answered
+        history = [tuple(entry) for entry in self.engine.accountant.history]
+        if history != [(self.plan.noise_multiplier, self.plan.sample_rate, steps)]:
+            raise BudgetExceededError(f"Opacus accounted {history}, dpdistill {steps} steps at noise multiplier "
+                                      f"{self.plan.noise_multiplier} and rate {self.plan.sample_rate}")
+        return {**super().privacy_summary(),
+                "epsilon_rdp": composed_epsilon_rdp(self.plan.query, steps, config.delta),
+                "epsilon_opacus": self.engine.accountant.get_epsilon(config.delta),
+                "accountant": "dp-accounting PLD, Poisson-subsampled Gaussian",
+                "accountant_opacus": "Opacus RDP accountant",
+                "unit": "adding or removing one private training example",
+                "max_grad_norm": config.max_grad_norm,
+                "noise_std": self.plan.noise_multiplier * config.max_grad_norm}
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "accountant": self.engine.accountant.history}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        super()._restore(state)
+        self.engine.accountant.history = [tuple(entry) for entry in state["accountant"]]
+
+
+class DirectOutputGradientTrainer(PrivateTrainer):
+    """DPDFD's direct training: DPSD's data-mode annotation with the private label as the teacher."""
+
+    formal_guarantee = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loader = DPDataLoader.from_data_loader(self.loader)
+        sigma = 2 * self.plan.noise_multiplier
+        # Counts per-example releases for the report; the budget is guarded per step by `self.ledger`.
+        self.releases = PrivacyLedger(self.plan.query, len(self.loader.dataset) * self.plan.steps)
+        self.annotator = OutputGradientAnnotator(DistillationGradient(loss="kd"), self.releases, self.config.beta,
+                                                 sigma, None, self.config.target_step, self.noise_generator)
+
+    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
+        logits = self.model(images)
+        targets = self.annotator.annotate(label_logits(labels, self.dataset.num_classes), logits)
+        losses = soft_cross_entropy(logits, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.mean().backward()
+        self.optimizer.step()
+        return losses.detach()
+
+    def privacy_summary(self) -> dict[str, Any]:
+        config = self.config
+        sigma = 2 * self.plan.noise_multiplier
+        return {**super().privacy_summary(),
+                "accountant": "exact, per-example Gaussian releases: no amplification by subsampling",
+                "unit": "replacing one private training example (the released output gradients only)",
+                "sigma": sigma, "beta": config.beta, "noise_std": sigma * config.beta,
+                "target_step": config.target_step, "releases": self.releases.answered}
+
+    def _state(self) -> dict[str, Any]:
+        return {**super()._state(), "releases": self.releases.answered}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        super()._restore(state)
+        self.releases.answered = state["releases"]
+
+
+TRAINERS: dict[str, type[PrivateTrainer]] = {"dpsgd": DPSGDTrainer, "dpdfd-direct": DirectOutputGradientTrainer}

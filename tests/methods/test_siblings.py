@@ -1,0 +1,91 @@
+"""DPDFD and DP-DFD/SRR: the sibling methods run DPSD's loop with their papers' differences."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpdistill.errors import ConfigError
+from dpdistill.methods.config import build_config
+from dpdistill.models.checkpoint import load_classifier, load_generator
+from dpdistill.pipeline import transcribe
+
+CHANCE = 0.1
+
+
+def _srr(**overrides):
+    values = {"method": "srr", "iterations": 40, "batch_size": 64, "eval_every": 20, "checkpoint_every": 10,
+              "generator_pretrain_steps": 100, "replay_size": 2000} | overrides
+    return build_config("demo", values, {"mode": "label", "epsilon": 1.0, "accounting": "paper"})
+
+
+def test_dpdfd_releases_the_whole_gradient_with_its_loss_weights():
+    config = build_config("paper", {"method": "dpdfd"}, {"mode": "data", "epsilon": 10.0, "accounting": "paper"})
+    assert config.top_k is None and config.latents == "fresh"
+    assert (config.entropy_weight, config.activation_weight) == (1.0, 1.0)
+    assert config.privacy.sigma == 100.0 and config.privacy.beta == 5e-3
+    assert build_config("paper", {}, {"mode": "data", "epsilon": 10.0}).top_k == 3  # DPSD keeps top-k
+
+
+def test_srr_takes_its_papers_threshold_and_pretraining():
+    config = _srr()
+    assert config.candidates == "threshold" and config.privacy.num_candidates == 2
+    assert (config.entropy_weight, config.batchnorm_weight) == (5.0, 10.0)
+    assert config.generator_sees_teacher
+
+
+@pytest.mark.parametrize("method, mode", [("dpdfd", "label"), ("srr", "data"), ("dpsgd", "data")])
+def test_a_method_refuses_what_its_paper_does_not_protect(method: str, mode: str):
+    with pytest.raises(ConfigError, match="method|protects"):
+        build_config(None, {"method": method}, {"mode": mode, "epsilon": 1.0}).validate(10)
+
+
+def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
+    """The whole-gradient release transfers knowledge (with DPSD's generator weights and the teacher as
+    discriminator: on 8x8 digits DPDFD's alpha = beta = 1 with the student as discriminator does not)."""
+    overrides = {"method": "dpdfd", "discriminator": "teacher", "entropy_weight": 5.0, "activation_weight": 0.1}
+    config = build_config("demo", overrides, {"mode": "data", "epsilon": 1e5})
+    report = transcribe(digits_teacher, config, tmp_path, "digits")
+    assert report["method"] == "dpdfd" and report["config"]["top_k"] is None
+    assert report["accuracy"]["student"] > CHANCE + 0.15
+
+
+def test_srr_learns_and_says_its_student_is_not_covered(digits_teacher: Path, tmp_path: Path):
+    report = transcribe(digits_teacher, _srr(iterations=80), tmp_path, "digits")
+    assert report["accuracy"]["student"] > CHANCE + 0.25
+    assert report["privacy"]["covered"].startswith("NO formal guarantee")
+    assert "pretrained" in report["privacy"]["covered"]
+    assert report["privacy"]["paper_epsilon"] == 1.0 and report["privacy"]["epsilon"] > 100  # 5120 composed queries
+    assert report["timing"]["phases"]["pretrain"] > 0
+
+
+def test_srr_resumes_exactly_from_an_interrupted_pretraining(digits_teacher: Path, tmp_path: Path):
+    transcribe(digits_teacher, _srr(iterations=10), tmp_path / "whole", "digits")
+
+    def interrupt(record: dict) -> None:
+        if record.get("pretrain_step") == 40:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        transcribe(digits_teacher, _srr(iterations=10), tmp_path / "cut", "digits", progress=interrupt)
+    transcribe(digits_teacher, _srr(iterations=10), tmp_path / "cut", "digits", resume=True)
+    for load in (lambda d: load_classifier(d, "student")[0], lambda d: load_generator(d)[0]):
+        a, b = load(tmp_path / "whole"), load(tmp_path / "cut")
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+            assert torch.equal(x, y), name
+
+
+def test_pretraining_needs_a_single_teacher(digits_ensemble: Path, tmp_path: Path):
+    config = build_config("demo", {"method": "srr", "generator_pretrain_steps": 10}, {"mode": "label", "epsilon": 1.0})
+    with pytest.raises(ConfigError, match="single teacher"):
+        transcribe(digits_ensemble, config, tmp_path, "digits")
+
+
+def test_a_frozen_generator_keeps_its_pretrained_weights(digits_teacher: Path, tmp_path: Path):
+    pretrained = transcribe(digits_teacher, _srr(iterations=1, generator_updates=False), tmp_path / "one", "digits")
+    longer = transcribe(digits_teacher, _srr(iterations=20, generator_updates=False), tmp_path / "twenty", "digits")
+    assert "generator_loss" not in longer["history"][-1]
+    a, b = load_generator(tmp_path / "one")[0], load_generator(tmp_path / "twenty")[0]
+    for (name, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):  # BatchNorm's running statistics move
+        assert torch.equal(x, y), name
+    assert pretrained["privacy"]["queries"] == 64 and longer["privacy"]["queries"] == 20 * 64

@@ -1,0 +1,183 @@
+"""Private-training baselines: accounting cross-checked against Opacus, tiny runs that learn within their budget,
+runs that resume exactly, and refusals before any training."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from opacus.accountants import PRVAccountant, RDPAccountant
+from safetensors.torch import load_file
+
+from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
+from dpdistill.methods.annotation import DistillationGradient
+from dpdistill.pipeline import _exclusive, evaluate, train_private
+from dpdistill.privacy.accounting import (GaussianQuery, SampledReleaseQuery, calibrate_dpsgd,
+                                          calibrate_sampled_release, composed_epsilon, dpsgd_epsilon)
+from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training
+
+DELTA = 1e-5
+DIGITS_TRAIN = 1437
+TINY = {"dataset": "digits", "batch_size": 64, "lr": 3e-3}  # 23 Poisson batches an epoch
+
+
+def _opacus_epsilon(accountant, noise_multiplier: float, sample_rate: float, steps: int) -> float:
+    accountant.history = [(noise_multiplier, sample_rate, steps)]
+    return accountant.get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("sample_rate, noise_multiplier, steps", [(256 / 60000, 1.1, 14062), (1 / 23, 0.9, 230),
+                                                                  (0.01, 2.0, 1000)])
+def test_private_dpsgd_accounting_matches_opacus(sample_rate, noise_multiplier, steps):
+    rdp = dpsgd_epsilon(noise_multiplier, sample_rate, steps, DELTA, "rdp")
+    pld = dpsgd_epsilon(noise_multiplier, sample_rate, steps, DELTA)
+    assert rdp == pytest.approx(_opacus_epsilon(RDPAccountant(), noise_multiplier, sample_rate, steps), rel=0.01)
+    # Opacus' PRV figure is an upper bound within its eps_error (0.01) of its estimate
+    assert pld == pytest.approx(_opacus_epsilon(PRVAccountant(), noise_multiplier, sample_rate, steps), abs=0.015)
+    assert pld < rdp  # PLD is the tighter analysis of the same mechanism
+
+
+def test_private_dpsgd_accounting_reproduces_the_privacy_note():
+    assert dpsgd_epsilon(1.1, 256 / 60000, 14062, DELTA, "rdp") == pytest.approx(2.597, abs=1e-3)
+    assert dpsgd_epsilon(1.1, 256 / 60000, 14062, DELTA) == pytest.approx(2.382, abs=1e-3)
+
+
+def test_private_dpsgd_calibration_spends_the_budget_and_no_more():
+    query = calibrate_dpsgd(1 / 23, 230, 10.0, DELTA)
+    assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
+    assert dpsgd_epsilon(query.noise_multiplier / 1.003, 1 / 23, 230, DELTA) > 10.0  # within 0.3% of the optimum
+
+
+def test_private_release_accounting_is_the_gaussian_mixture_over_participations():
+    every_step = composed_epsilon(GaussianQuery(2.0), 230, DELTA)
+    assert composed_epsilon(SampledReleaseQuery(2.0, 1.0), 230, DELTA) == pytest.approx(every_step, rel=1e-6)
+    sampled = composed_epsilon(SampledReleaseQuery(2.0, 1 / 23), 230, DELTA)
+    # Visible participation forgoes amplification: above DP-SGD's figure for the same noise, below every step.
+    assert dpsgd_epsilon(2.0, 1 / 23, 230, DELTA) < sampled < every_step
+
+
+def test_private_release_epsilon_agrees_with_a_monte_carlo_privacy_loss():
+    """delta(eps) = E[(1 - exp(eps - L))+] with L the summed Gaussian losses of the steps the example took part in."""
+    noise_multiplier, sample_rate, steps, delta = 3.0, 0.05, 200, 1e-2
+    epsilon = composed_epsilon(SampledReleaseQuery(noise_multiplier, sample_rate), steps, delta)
+    rng = np.random.default_rng(0)
+    taking_part = rng.binomial(steps, sample_rate, size=2_000_000)
+    mu_squared = taking_part / noise_multiplier**2
+    loss = rng.normal(mu_squared / 2, np.sqrt(mu_squared))
+    estimate = np.maximum(1 - np.exp(epsilon - loss), 0).mean()
+    assert estimate == pytest.approx(delta, rel=0.03)
+
+
+def test_private_release_calibration_fits_the_budget():
+    query = calibrate_sampled_release(1 / 23, 230, 10.0, DELTA)
+    assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
+    assert composed_epsilon(SampledReleaseQuery(query.noise_multiplier / 1.003, 1 / 23), 230, DELTA) > 10.0
+
+
+def test_private_label_teacher_gives_the_cross_entropy_gradient():
+    logits = torch.randn(6, 10)
+    labels = torch.randint(0, 10, (6,))
+    gradient = DistillationGradient(loss="kd")(label_logits(labels, 10), logits)
+    leaf = logits.clone().requires_grad_(True)
+    F.cross_entropy(leaf, labels, reduction="sum").backward()
+    assert torch.allclose(gradient, leaf.grad, atol=1e-6)
+
+
+def test_private_plan_follows_opacus_sampling_rule():
+    plan = plan_private_training(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=3), DIGITS_TRAIN)
+    assert (plan.sample_rate, plan.steps_per_epoch, plan.steps) == (1 / 23, 23, 69)
+    assert plan.noise_multiplier == 1.0
+    direct = plan_private_training(PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=50.0, sigma=3.0,
+                                                         epochs=3), DIGITS_TRAIN)
+    assert direct.noise_multiplier == 1.5  # answers of norm <= beta differ by 2 beta, noise std sigma * beta
+
+
+@pytest.mark.parametrize("method", ["dpsgd", "dpdfd-direct"])
+def test_private_plan_refuses_an_explicit_sigma_that_overspends(method):
+    config = PrivateTrainingConfig(**TINY, method=method, epsilon=1.0, sigma=0.5, epochs=10)
+    with pytest.raises(BudgetExceededError, match="> budget 1.0"):
+        plan_private_training(config, DIGITS_TRAIN)
+
+
+@pytest.mark.parametrize("values, error, message", [
+    ({"method": "magic"}, ConfigError, "unknown method 'magic'"),
+    ({"epsilon": 0.0}, PrivacyParameterError, "epsilon must be positive"),
+    ({"epsilon": None}, PrivacyParameterError, "--epsilon is required"),
+    ({"delta": 1.0}, PrivacyParameterError, "delta must be in"),
+    ({"sigma": -1.0}, PrivacyParameterError, "sigma must be positive"),
+    ({"beta": 0.0}, ConfigError, "beta must be positive"),
+    ({"epochs": 0}, ConfigError, "at least 1"),
+])
+def test_private_config_refuses_impossible_settings(values, error, message):
+    with pytest.raises(error, match=message):
+        PrivateTrainingConfig(**{**TINY, "epsilon": 1.0, **values})
+
+
+def test_private_resume_with_nothing_to_resume(tmp_path: Path):
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        train_private(None, tmp_path, resume=True)
+
+
+def test_private_refuses_a_second_writer(tmp_path: Path):
+    with _exclusive(tmp_path), pytest.raises(ConfigError, match="another dpdistill run"):
+        train_private(PrivateTrainingConfig(**TINY, epsilon=10.0), tmp_path)
+
+
+@pytest.mark.slow
+def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
+    report = train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, epochs=5), tmp_path)
+    privacy = report["privacy"]
+    assert 9.9 < privacy["epsilon"] <= 10.0 and privacy["delta"] == DELTA  # calibrated: spends the budget
+    assert privacy["steps"] == privacy["planned_steps"] == 5 * 23 and privacy["sample_rate"] == 1 / 23
+    assert privacy["noise_multiplier"] > 0
+    assert privacy["epsilon"] < privacy["epsilon_rdp"] == pytest.approx(privacy["epsilon_opacus"], rel=0.01)
+    assert privacy["covered"] == "the student (DP-SGD: every update is a clipped, noised per-example gradient)"
+    assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert json.loads((tmp_path / "report.json").read_text())["privacy"] == privacy
+    assert "-DP** with respect to adding or removing one private training example" in (tmp_path / "report.md").read_text()
+    assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])
+    assert not (tmp_path / "resume").exists()
+
+
+@pytest.mark.slow
+def test_private_dpdfd_direct_learns_but_has_no_formal_guarantee(tmp_path: Path):
+    report = train_private(PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=50.0, epochs=3), tmp_path)
+    privacy = report["privacy"]
+    assert report["accuracy"]["student"] > 0.3
+    assert privacy["formal_guarantee"] is False and privacy["covered"].startswith("NO formal guarantee")
+    assert 49.5 < privacy["epsilon"] <= 50.0 and privacy["steps"] == 69
+    assert privacy["sigma"] == 2 * privacy["noise_multiplier"]
+    assert math.isclose(privacy["releases"], 69 * DIGITS_TRAIN / 23, rel_tol=0.1)  # one release per sampled example
+    assert "**NO formal guarantee" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2)
+    whole = train_private(config, tmp_path / "whole")
+
+    def interrupt_after_first_epoch(record: dict) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_private(config, tmp_path / "cut", progress=interrupt_after_first_epoch)
+    assert (tmp_path / "cut" / "resume").exists() and not (tmp_path / "cut" / "report.json").exists()
+    with pytest.raises(ConfigError, match="unfinished run"):
+        train_private(config, tmp_path / "cut")
+    resumed = train_private(None, tmp_path / "cut", resume=True)
+    assert resumed["privacy"] == whole["privacy"]  # same steps, same Opacus accountant history
+    assert resumed["history"] == whole["history"]
+    weights, again = load_file(tmp_path / "whole" / "student.safetensors"), load_file(tmp_path / "cut" / "student.safetensors")
+    assert all(torch.equal(weights[name], again[name]) for name in weights)
+
+
+@pytest.mark.slow
+def test_private_dpsgd_fixes_batchnorm_and_the_student_loads(tmp_path: Path):
+    report = train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1, student_arch="cnn"),
+                           tmp_path)
+    assert report["notes"] and all("BatchNorm2d -> GroupNorm" in note for note in report["notes"])
+    assert json.loads((tmp_path / "student.json").read_text())["opacus_fixed"] is True
+    assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])
