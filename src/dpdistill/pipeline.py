@@ -28,8 +28,6 @@ from dpdistill.models.ensemble import TeacherEnsemble, load_teacher, member_dire
 from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
-METHODS = {"dpsd": DPSDTranscriber, "dpdfd": DPSDTranscriber, "srr": DPSDTranscriber}  # one loop, their differences
-# are configuration (methods/config.py METHOD_DEFAULTS)
 Progress = Callable[[dict], None]
 
 
@@ -141,14 +139,13 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
         config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
     elif (out_dir / "resume").exists():
         raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
-    if config.method not in METHODS:
-        raise ConfigError(f"unknown method {config.method!r}: choose one of {', '.join(METHODS)}")
     if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
         config = dataclasses.replace(config, privacy=dataclasses.replace(config.privacy, teachers=len(teacher)))
     in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
     dataset_name = dataset_name or meta.get("dataset")
     dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None
-    transcriber = METHODS[config.method](config, teacher, in_shape, num_classes, dataset, out_dir, progress)
+    # DPSD, DPDFD and SRR share one loop; their differences are configuration (methods/config.py METHOD_DEFAULTS)
+    transcriber = DPSDTranscriber(config, teacher, in_shape, num_classes, dataset, out_dir, progress)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(config_path, config.to_dict())
     result = transcriber.run(resume=resume)

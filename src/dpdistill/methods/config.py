@@ -76,9 +76,10 @@ class TranscriptionConfig:
     def validate(self, num_classes: int) -> None:
         if self.method not in METHOD_DEFAULTS:
             raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHOD_DEFAULTS)}")
-        if (self.method, self.privacy.mode) in (("dpdfd", "label"), ("srr", "data")):
-            raise ConfigError(f"{self.method} protects {'data' if self.method == 'dpdfd' else 'labels'} only: use "
-                              f"--privacy {'data' if self.method == 'dpdfd' else 'label'} (or none), or --method dpsd")
+        protects = METHOD_PROTECTS.get(self.method)
+        if protects is not None and self.privacy.mode not in (protects, "none"):
+            raise ConfigError(f"{self.method} protects {protects} only: use --privacy {protects} (or none), or "
+                              f"--method dpsd")
         for name in ("iterations", "batch_size", "student_steps", "latent_dim", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -112,6 +113,7 @@ class TranscriptionConfig:
         return self.discriminator == "teacher" or self.adversarial_weight > 0 or self.generator_pretrain_steps > 0
 
 
+METHOD_PROTECTS = {"dpdfd": "data", "srr": "label"}  # the privacy mode each sibling's paper defines; DPSD has both
 # Where the sibling methods differ from DPSD; applied before any preset. Each runs on the same loop.
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "dpsd": {},
@@ -211,9 +213,7 @@ def build_config(preset: str | None, overrides: dict[str, Any], privacy_override
     epsilon = privacy_overrides.get("epsilon")
     accounting = privacy_overrides.get("accounting") or "sound"
     method = overrides.get("method") or "dpsd"
-    if method not in METHOD_DEFAULTS:
-        raise ConfigError(f"unknown method {method!r}: choose one of {', '.join(METHOD_DEFAULTS)}")
-    values: dict[str, Any] = dict(METHOD_DEFAULTS[method])
+    values: dict[str, Any] = dict(METHOD_DEFAULTS.get(method, {}))  # an unknown method fails in validate()
     privacy_values: dict[str, Any] = {"mode": mode, "epsilon": epsilon}
     preset = preset if preset is not None else DEFAULT_PRESETS.get(mode)
     for name in preset.split(",") if preset else ():

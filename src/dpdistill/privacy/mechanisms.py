@@ -61,14 +61,17 @@ def gaussian_noise(shape: torch.Size | tuple[int, ...], std: float, generator: t
     return noise.to(device)
 
 
-def randomized_response_probabilities(epsilon0: float, num_candidates: int) -> tuple[float, float]:
-    """(probability of the true answer, probability of each other candidate) of k-ary randomized response."""
+def randomized_response_probabilities(epsilon0: float, num_candidates: int | Tensor) -> tuple[float | Tensor, float | Tensor]:
+    """(probability of the true answer, probability of each other candidate) of k-ary randomized response,
+    e^eps0 / (e^eps0 + k - 1) and 1 / (e^eps0 + k - 1), for one k or a tensor of them. Computed with e^-eps0,
+    so a large eps0 does not overflow."""
     if epsilon0 <= 0 or not math.isfinite(epsilon0):
         raise PrivacyParameterError(f"randomized-response epsilon must be positive and finite, got {epsilon0}")
-    if num_candidates < 2:
+    if (torch.as_tensor(num_candidates) < 2).any():
         raise PrivacyParameterError(f"randomized response needs at least 2 candidates, got {num_candidates}")
-    denominator = math.exp(epsilon0) + num_candidates - 1
-    return math.exp(epsilon0) / denominator, 1.0 / denominator
+    other = math.exp(-epsilon0)  # each other candidate's weight relative to the true answer's
+    denominator = 1 + (num_candidates - 1) * other
+    return 1 / denominator, other / denominator
 
 
 def selective_randomized_response(
@@ -86,14 +89,11 @@ def selective_randomized_response(
     counts = candidates.sum(dim=1, keepdim=True)
     if (counts < 2).any():
         raise PrivacyParameterError("selective randomized response needs at least 2 candidates per sample")
-    if not (epsilon0 > 0 and math.isfinite(epsilon0)):
-        raise PrivacyParameterError(f"randomized-response epsilon must be positive and finite, got {epsilon0}")
-    other = math.exp(-epsilon0)  # each other candidate's weight relative to the true label's (no overflow)
+    p_true, p_other = randomized_response_probabilities(epsilon0, counts)
     classes = torch.arange(candidates.shape[1], device=candidates.device)
     is_true = candidates & (classes == true_labels.unsqueeze(1))
     hit = is_true.any(dim=1, keepdim=True)
-    denominator = 1 + (counts - 1) * other
-    weights = torch.where(is_true, 1.0 / denominator, other / denominator) * candidates
+    weights = torch.where(is_true, p_true, p_other) * candidates
     weights = torch.where(hit, weights, candidates / counts)
     return torch.multinomial(weights.cpu(), 1, generator=generator).squeeze(1).to(candidates.device)
 

@@ -321,11 +321,15 @@ class DirectOutputGradientTrainer(PrivateTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.loader = DPDataLoader.from_data_loader(self.loader)
-        sigma = 2 * self.plan.noise_multiplier
         # Counts per-example releases for the report; the budget is guarded per step by `self.ledger`.
         self.releases = PrivacyLedger(self.plan.query, len(self.loader.dataset) * self.plan.steps)
         self.annotator = OutputGradientAnnotator(DistillationGradient(loss="kd"), self.releases, self.config.beta,
-                                                 sigma, None, self.config.target_step, self.noise_generator)
+                                                 self.sigma, None, self.config.target_step, self.noise_generator)
+
+    @property
+    def sigma(self) -> float:
+        """Noise std / beta: answers of norm <= beta differ by <= 2 beta, so twice the noise multiplier."""
+        return 2 * self.plan.noise_multiplier
 
     def _step(self, images: Tensor, labels: Tensor) -> Tensor:
         logits = self.model(images)
@@ -338,11 +342,10 @@ class DirectOutputGradientTrainer(PrivateTrainer):
 
     def privacy_summary(self) -> dict[str, Any]:
         config = self.config
-        sigma = 2 * self.plan.noise_multiplier
         return {**super().privacy_summary(),
                 "accountant": "exact, per-example Gaussian releases: no amplification by subsampling",
                 "unit": "replacing one private training example (the released output gradients only)",
-                "sigma": sigma, "beta": config.beta, "noise_std": sigma * config.beta,
+                "sigma": self.sigma, "beta": config.beta, "noise_std": self.sigma * config.beta,
                 "target_step": config.target_step, "releases": self.releases.answered}
 
     def _state(self) -> dict[str, Any]:
