@@ -156,6 +156,17 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                                 "epsilon", dataset, ("--privacy", mode, "--preset", "paper", "--epsilon", epsilon,
                                                      *extra, *SMALL_GENERATOR), quick_args=QUICK,
                                 teacher=f"teachers-{members}-{dataset}"))
+    # PATE's lesson: few answers, each less noisy (2,048 instead of 51,200), and the student replays them. The
+    # unprotected row is the ceiling of this covered loop: what its samples can teach with exact answers.
+    for members in ENSEMBLE_SIZES:
+        pate = ("--preset", "paper,pate", "--top-k", "10")
+        runs.append(Run(f"ensemble-{members}-none-pate-{dataset}", "teacher ensemble, few answers (ceiling: "
+                        "unprotected)", dataset, ("--privacy", "none", *pate), quick_args=QUICK,
+                        teacher=f"teachers-{members}-{dataset}"))
+        for epsilon in ("1", "10"):
+            runs.append(Run(f"ensemble-{members}-label-pate-eps{epsilon}-{dataset}", "teacher ensemble, few "
+                            "answers, at a sound epsilon", dataset, ("--privacy", "label", "--epsilon", epsilon, *pate),
+                            quick_args=QUICK, teacher=f"teachers-{members}-{dataset}"))
     return runs
 
 

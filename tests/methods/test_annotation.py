@@ -50,6 +50,18 @@ def test_noisy_votes_count_each_members_top_class():
     assert ledger.answered == 2
 
 
+def test_uncertain_noisy_votes_are_declined_but_still_charged():
+    """Margin 2.5 votes: a 5-to-0 lead is labelled, a 3-to-2 lead is not (noise negligible)."""
+    members = torch.zeros(5, 2, 3)
+    members[:, 0, 0] = 5.0  # all five vote class 0 on the first sample
+    members[:3, 1, 1] = 5.0  # three to two on the second
+    members[3:, 1, 2] = 5.0
+    ledger = PrivacyLedger(GaussianQuery(1e-3), max_queries=10)
+    annotator = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(3), torch.Generator(), min_margin=2.5)
+    targets = annotator.annotate(members, torch.zeros(2, 3))
+    assert targets.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]] and ledger.answered == 2
+
+
 def test_without_privacy_an_ensemble_teaches_its_mean_probability():
     members = torch.randn(3, 6, 5)
     targets = TeacherAnnotator(temperature=2.0).annotate(members, torch.zeros(6, 5))

@@ -25,3 +25,26 @@ def test_the_teacher_as_discriminator_needs_a_single_teacher(digits_ensemble: Pa
     config = build_config("demo", {"discriminator": "teacher"}, {"mode": "data", "epsilon": 1.0})
     with pytest.raises(ConfigError, match="single teacher"):
         transcribe(digits_ensemble, config, tmp_path, "digits")
+
+
+def test_querying_every_nth_iteration_spends_the_budget_on_fewer_less_noisy_answers(digits_ensemble: Path,
+                                                                                     tmp_path: Path, monkeypatch):
+    from dpdistill.methods.dpsd import DPSDTranscriber
+
+    asked = []
+    original = DPSDTranscriber._teacher_answers
+    monkeypatch.setattr(DPSDTranscriber, "_teacher_answers",
+                        lambda self, images: asked.append(self.iteration) or original(self, images))
+    sparse = build_config("demo", {"iterations": 10, "batch_size": 32, "query_every": 4, "replay_size": 256},
+                          {"mode": "label", "epsilon": 1.0})
+    report = transcribe(digits_ensemble, sparse, tmp_path / "sparse", "digits")
+    assert asked == [0, 4, 8]
+    assert report["privacy"]["queries"] == 96 and 0.99 < report["privacy"]["epsilon"] <= 1.0
+    dense = build_config("demo", {"iterations": 10, "batch_size": 32}, {"mode": "label", "epsilon": 1.0})
+    dense_sigma = transcribe(digits_ensemble, dense, tmp_path / "dense", "digits")["privacy"]["sigma"]
+    assert report["privacy"]["sigma"] < dense_sigma / 1.5  # 96 answers instead of 320 at the same budget
+
+
+def test_querying_every_nth_iteration_needs_a_replay_buffer():
+    with pytest.raises(ConfigError, match="replay buffer"):
+        build_config("demo", {"query_every": 4}, {"mode": "label", "epsilon": 1.0}).validate(10)

@@ -10,7 +10,7 @@ from dpdistill.privacy.mechanisms import (
     bounded_output_gradient,
     clip_rows,
     gaussian_noise,
-    noisy_vote,
+    noisy_votes,
     normalize_rows,
     randomized_response_probabilities,
     selective_randomized_response,
@@ -120,23 +120,24 @@ def test_selective_rr_with_candidate_sets_of_different_sizes():
         selective_randomized_response(true[:1], _mask([3]), 1.0, torch.Generator())
 
 
-def test_noisy_vote_picks_the_plurality_among_candidates_when_noise_is_small():
+def test_noisy_votes_picks_the_plurality_among_candidates_when_noise_is_small():
     votes = torch.tensor([[0, 9, 3, 1], [5, 0, 4, 2]])
     candidates = torch.cat([_mask([2, 3], 4), _mask([1, 2], 4)])  # the plurality (1 and 0) is not a candidate
     generator = torch.Generator().manual_seed(0)
-    assert noisy_vote(votes, candidates, 1e-3, generator).tolist() == [2, 2]
+    noisy = noisy_votes(votes, candidates, 1e-3, generator)
+    assert noisy.argmax(1).tolist() == [2, 2] and noisy[~candidates].eq(-math.inf).all()
 
 
-def test_noisy_vote_flips_with_the_gaussian_probability():
+def test_noisy_votes_flips_with_the_gaussian_probability():
     """Two candidates whose counts differ by d: the smaller wins with probability Phi(-d / (sigma sqrt 2))."""
     n, sigma, gap = 40000, 2.0, 2
     votes = torch.tensor([[gap, 0]]).repeat(n, 1)
-    picks = noisy_vote(votes, torch.ones(n, 2, dtype=torch.bool), sigma, torch.Generator().manual_seed(1))
+    picks = noisy_votes(votes, torch.ones(n, 2, dtype=torch.bool), sigma, torch.Generator().manual_seed(1)).argmax(1)
     expected = 0.5 * math.erfc(gap / (sigma * math.sqrt(2)) / math.sqrt(2))
     observed = (picks == 1).float().mean().item()
     assert abs(observed - expected) < 4 * math.sqrt(expected * (1 - expected) / n)
 
 
-def test_noisy_vote_refuses_zero_noise():
+def test_noisy_votes_refuses_zero_noise():
     with pytest.raises(PrivacyParameterError):
-        noisy_vote(torch.ones(1, 3), _mask([0, 1], 3), 0.0, torch.Generator())
+        noisy_votes(torch.ones(1, 3), _mask([0, 1], 3), 0.0, torch.Generator())

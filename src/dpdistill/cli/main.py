@@ -142,7 +142,9 @@ def transcribe_command(
     delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
     preset: Optional[str] = typer.Option(None, help="paper (seed settings), demo (small and fast), engine (the "
                                                     "strongest data-free loop: NO guarantee), upper-bound (engine, "
-                                                    "1000 iterations; default for --privacy none); combine: paper,engine"),
+                                                    "600 iterations; default for --privacy none), pate (an "
+                                                    "ensemble answers every 25th iteration only); combine: "
+                                                    "paper,engine"),
     accounting: AccountingOption = typer.Option(AccountingOption.sound,
                                                 help="sound (dp-accounting) or paper (reproduce the papers' tables)"),
     iterations: Optional[int] = typer.Option(None, help="T"),

@@ -16,14 +16,15 @@ from torch import Tensor
 
 from dpdistill.losses.distillation import dkd_loss, kd_loss
 from dpdistill.privacy.accounting import PrivacyLedger
-from dpdistill.privacy.mechanisms import (bounded_output_gradient, gaussian_noise, noisy_vote,
+from dpdistill.privacy.mechanisms import (bounded_output_gradient, gaussian_noise, noisy_votes,
                                          selective_randomized_response)
 
 
 class Annotator(Protocol):
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        """Soft targets (n, classes) for the student; rows sum to 1. `teacher_logits` is (n, classes) for one
-        teacher or (members, n, classes) for an ensemble."""
+        """Soft targets (n, classes) for the student; rows sum to 1, or are all zero where the mechanism declined
+        to label a sample (its noisy answer was too uncertain). `teacher_logits` is (n, classes) for one teacher
+        or (members, n, classes) for an ensemble."""
 
 
 def as_members(teacher_logits: Tensor) -> Tensor:
@@ -128,20 +129,27 @@ class RandomizedResponseAnnotator:
 @dataclass
 class NoisyVoteAnnotator:
     """Label-sensitive annotation for an ensemble: each member votes its top class, and the label is the noisy
-    plurality among the student's top-k (GNMax over the candidates; one example changes one vote)."""
+    plurality among the student's top-k (GNMax over the candidates; one example changes one vote).
+
+    With `min_margin` > 0 a sample whose noisy winner leads the runner-up by less than `min_margin` votes gets no
+    label (a row of zeros): PATE's confident answers, read from the same noisy counts, so free of privacy cost.
+    The query is still charged: the counts were released.
+    """
 
     ledger: PrivacyLedger
     sigma: float
     candidates: CandidateSet
     generator: torch.Generator
+    min_margin: float = 0.0
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
         members = as_members(teacher_logits)
         classes = members.shape[-1]
         self.ledger.charge(members.shape[1])
         votes = F.one_hot(members.argmax(-1), classes).sum(0)
-        labels = noisy_vote(votes, self.candidates(student_logits), self.sigma, self.generator)
-        return F.one_hot(labels, classes).float()
+        leaders = noisy_votes(votes, self.candidates(student_logits), self.sigma, self.generator).topk(2, dim=1)
+        confident = leaders.values[:, 0] - leaders.values[:, 1] >= self.min_margin
+        return F.one_hot(leaders.indices[:, 0], classes).float() * confident.unsqueeze(1)
 
 
 @dataclass

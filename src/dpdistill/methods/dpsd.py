@@ -92,7 +92,8 @@ class DPSDTranscriber:
         self.test_set = test_set
         self.work_dir = work_dir
         self.progress = progress
-        self.plan = plan_privacy(config.privacy, num_classes, config.batch_size, config.iterations)
+        self.plan = plan_privacy(config.privacy, num_classes, config.batch_size,
+                                 config.queries_before(config.iterations) // config.batch_size)
 
         torch.manual_seed(config.seed)
         self.student = build_classifier(config.student_arch, in_shape, num_classes).to(self.device)
@@ -133,14 +134,17 @@ class DPSDTranscriber:
         candidates = CandidateSet(config.top_k, None if config.candidates == "top-k"
                                   else config.candidate_threshold or 1 / (2 * self.num_classes))
         if config.privacy.votes:
-            return NoisyVoteAnnotator(ledger, plan.sigma, candidates, self.noise_generator)
+            return NoisyVoteAnnotator(ledger, plan.sigma, candidates, self.noise_generator,
+                                      config.vote_margin * plan.sigma)
         return RandomizedResponseAnnotator(ledger, plan.epsilon0, candidates, self.noise_generator)
 
     # --- one iteration -------------------------------------------------------------------------------------
 
     def step(self, timings: dict[str, float]) -> dict:
-        """One iteration of Algorithm 1; returns its losses."""
+        """One iteration of Algorithm 1; returns its losses. Between queries (`query_every` > 1) the student
+        learns from replayed answers only and the generator from the student alone."""
         config = self.config
+        queried = self.iteration % config.query_every == 0
         clock = time.perf_counter()
         self.generator.train()
         if config.latents == "fresh":
@@ -153,28 +157,38 @@ class DPSDTranscriber:
         if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
             teacher_view = self._discriminate(self.teacher, images)
             teacher_logits = teacher_view.logits.detach()
-        else:
+        elif queried:
             teacher_logits = self._teacher_answers(detached)
         clock = _lap(timings, "generate+teacher", clock)
 
         self.student.train()
-        student_logits = self.student(detached)
-        targets = self.annotator.annotate(teacher_logits, student_logits)
-        clock = _lap(timings, "annotate", clock)
+        targets, fresh_loss, answered = None, None, {}
+        if queried:
+            student_logits = self.student(detached)
+            targets = self.annotator.annotate(teacher_logits, student_logits)
+            labelled = targets.sum(1) > 0  # the mechanism may decline to label uncertain samples
+            answered = {"labelled": labelled.float().mean().item()}
+            if labelled.any():
+                fresh_loss = self._fit_to_targets(student_logits[labelled], targets[labelled])
+                if self.replay is not None:
+                    self.replay.add(detached[labelled], targets[labelled])
+            clock = _lap(timings, "annotate", clock)
 
         self._set_student_lr()
-        student_loss = self._fit_to_targets(student_logits, targets)
-        if self.replay is not None:
-            self.replay.add(detached, targets)
+        student_loss = torch.zeros(())
         for repeat in range(config.student_steps):
-            if repeat:
+            if repeat == 0 and fresh_loss is not None:
+                student_loss = fresh_loss
+            elif self.replay is not None and self.replay.images is None:
+                break  # nothing labelled yet
+            else:
                 student_loss = self._replay_loss(detached, targets)
             self.student_optimizer.zero_grad(set_to_none=True)
             student_loss.backward()
             self.student_optimizer.step()
         clock = _lap(timings, "student", clock)
         if not config.generator_updates:
-            return {"student_loss": student_loss.item()}
+            return {"student_loss": student_loss.item(), **answered}
 
         generator_terms = self._generator_terms(images, targets, teacher_view)
         generator_loss = sum(generator_terms.values())
@@ -183,10 +197,10 @@ class DPSDTranscriber:
         self.generator_optimizer.step()
         self.student.requires_grad_(True)
         _lap(timings, "generator", clock)
-        return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(),
+        return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(), **answered,
                 **{f"g_{name}": value.item() for name, value in generator_terms.items()}}
 
-    def _replay_loss(self, images: Tensor, targets: Tensor) -> Tensor:
+    def _replay_loss(self, images: Tensor, targets: Tensor | None) -> Tensor:
         """The loss of an extra student step: on replayed samples (or the fresh batch again), augmented if asked.
 
         Without privacy the teacher labels the augmented images afresh; a private run keeps the released targets,
@@ -231,15 +245,18 @@ class DPSDTranscriber:
             logits = model.classify(features)
         return DiscriminatorView(features, logits, batchnorm.loss() if batchnorm.terms else None)
 
-    def _generator_terms(self, images: Tensor, targets: Tensor, teacher_view: "DiscriminatorView | None") -> dict[str, Tensor]:
-        """DPSD Eq. 8 (L_s + L_g) plus the optional BatchNorm-statistics and adversarial terms."""
+    def _generator_terms(self, images: Tensor, targets: Tensor | None,
+                         teacher_view: "DiscriminatorView | None") -> dict[str, Tensor]:
+        """DPSD Eq. 8 (L_s + L_g) plus the optional BatchNorm-statistics and adversarial terms; L_s only where the
+        batch has fresh answers (`targets`)."""
         config = self.config
         self.student.eval()
         self.student.requires_grad_(False)
         view = teacher_view if teacher_view is not None else self._discriminate(self.student, images)
         student_logits = view.logits if teacher_view is None else self.student(images)
-        terms = {"student": config.generator_student_weight * self._fit_to_targets(student_logits, targets),
-                 **self._discriminator_terms(view)}
+        terms = self._discriminator_terms(view)
+        if targets is not None:
+            terms["student"] = config.generator_student_weight * self._fit_to_targets(student_logits, targets)
         if config.adversarial_weight > 0:
             teacher_logits = teacher_view.logits if teacher_view is not None else self.teacher(images)
             divergence = kd_loss(student_logits, teacher_logits, self.fit_temperature) / self.fit_temperature**2
@@ -310,7 +327,7 @@ class DPSDTranscriber:
         return accuracy(self.student, self.test_set.x_test, self.test_set.y_test, device=self.device)
 
     def _answered(self) -> int:
-        return self.ledger.answered if self.ledger else self.iteration * self.config.batch_size
+        return self.ledger.answered if self.ledger else self.config.queries_before(self.iteration)
 
     # --- resumable state -----------------------------------------------------------------------------------
 

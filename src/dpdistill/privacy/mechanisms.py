@@ -98,13 +98,14 @@ def selective_randomized_response(
     return torch.multinomial(weights.cpu(), 1, generator=generator).squeeze(1).to(candidates.device)
 
 
-def noisy_vote(votes: Tensor, candidates: Tensor, sigma: float, generator: torch.Generator) -> Tensor:
-    """PATE's GNMax restricted to a candidate set: the candidate whose vote count plus N(0, sigma^2) is largest.
+def noisy_votes(votes: Tensor, candidates: Tensor, sigma: float, generator: torch.Generator) -> Tensor:
+    """PATE's GNMax release restricted to a candidate set: vote counts + N(0, sigma^2), non-candidates at -inf.
 
     `votes` is (n, classes) counts of an ensemble's members; `candidates` an (n, classes) boolean mask from public
     information. One private example changes one member's vote, moving two counts by one: L2 sensitivity sqrt(2).
+    The label is the argmax; anything else read from the noisy counts (how far ahead it is) is post-processing.
     """
     if not sigma > 0:
         raise PrivacyParameterError(f"the vote noise sigma must be positive, got {sigma}")
     noisy = votes.float() + gaussian_noise(votes.shape, sigma, generator, votes.device)
-    return noisy.masked_fill(~candidates, -math.inf).argmax(dim=1)
+    return noisy.masked_fill(~candidates, -math.inf)
