@@ -1,5 +1,6 @@
 """Transcribing a teacher ensemble: the mechanism aggregates its members, the accounting and report say so."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,17 @@ def test_querying_every_nth_iteration_spends_the_budget_on_fewer_less_noisy_answ
     assert report["privacy"]["sigma"] < dense_sigma / 1.5  # 96 answers instead of 320 at the same budget
 
 
-def test_querying_every_nth_iteration_needs_a_replay_buffer():
+def test_querying_every_nth_iteration_needs_a_replay_buffer_and_a_vote_margin_needs_votes():
     with pytest.raises(ConfigError, match="replay buffer"):
         build_config("demo", {"query_every": 4}, {"mode": "label", "epsilon": 1.0}).validate(10)
+    with pytest.raises(ConfigError, match="ensemble's noisy votes"):
+        build_config("demo", {"vote_margin": 1.0}, {"mode": "label", "epsilon": 1.0}).validate(10)
+
+
+def test_an_ensemble_is_evaluated_once_when_trained_not_at_every_transcription(digits_ensemble: Path,
+                                                                              tmp_path: Path, monkeypatch):
+    measured = json.loads((digits_ensemble / "ensemble.json").read_text())["test_accuracy"]
+    assert measured == json.loads((digits_ensemble / "report.json").read_text())["accuracy"]["teacher"] > 0.5
+    monkeypatch.setattr("dpdistill.pipeline.accuracy", lambda *args, **kwargs: pytest.fail("evaluated again"))
+    config = build_config("demo", {"iterations": 2, "batch_size": 16}, {"mode": "data", "epsilon": 1.0})
+    assert transcribe(digits_ensemble, config, tmp_path, "digits")["accuracy"]["teacher"] == measured

@@ -92,6 +92,9 @@ class TranscriptionConfig:
         if self.query_every > 1 and not self.replay_size:
             raise ConfigError("query-every above 1 needs a replay buffer (--set replay_size=N): between queries the "
                               "student learns only from earlier answers")
+        if self.vote_margin > 0 and not self.privacy.votes:
+            raise ConfigError("vote-margin applies to an ensemble's noisy votes: label mode with an ensemble as "
+                              "--teacher")
         if self.top_k is not None and not 1 <= self.top_k <= num_classes:
             raise ConfigError(f"top-k must be between 1 and the number of classes ({num_classes}), got {self.top_k}")
         if self.distill_loss not in ("dkd", "kd"):
@@ -191,9 +194,9 @@ def upper_bound_preset(privacy_mode: str, epsilon: float | None, accounting: str
 
 def pate_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """Few answers, each less noisy (PATE's lesson for ensembles): the teacher is asked on every 25th iteration
-    only (2,048 answers at b 256, T 200), the student replays every answer 8 times an iteration, and the generator
-    keeps learning from the student in between. The generator never reads the teacher, so a private run with
-    these options is covered by the guarantee. Combine with the paper's loop as `paper,pate`."""
+    only (2,048 answers at b 256, T 200), the student takes 8 steps an iteration on replayed answers, and the
+    generator keeps learning from the student in between. The generator never reads the teacher, so a private run
+    with these options is covered by the guarantee. Combine with the paper's loop as `paper,pate`."""
     return {"query_every": 25, "replay_size": 20000, "student_steps": 8, "generator_width": (64, 32, 16)}
 
 
