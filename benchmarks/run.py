@@ -163,9 +163,14 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
         runs.append(Run(f"ensemble-{members}-none-pate-{dataset}", "teacher ensemble, few answers (ceiling: "
                         "unprotected)", dataset, ("--privacy", "none", *pate), quick_args=QUICK,
                         teacher=f"teachers-{members}-{dataset}"))
-        for epsilon in ("1", "10"):
-            runs.append(Run(f"ensemble-{members}-label-pate-eps{epsilon}-{dataset}", "teacher ensemble, few "
-                            "answers, at a sound epsilon", dataset, ("--privacy", "label", "--epsilon", epsilon, *pate),
+        # Data mode: the paper's target step 0.1 moves the logits by at most 0.1 beta; a step of 2 / beta (beta
+        # 1e-3 at epsilon 1, 5e-3 at 10, the paper preset's) lets a unanimous answer move them by 2.
+        for mode, epsilon, step in (("data", "1", "2000"), ("data", "10", "400"), ("label", "1", None),
+                                    ("label", "10", None)):
+            extra = ("--set", f"target_step={step}") if step else ()
+            runs.append(Run(f"ensemble-{members}-{mode}-pate-eps{epsilon}-{dataset}", "teacher ensemble, few "
+                            "answers, at a sound epsilon", dataset, ("--privacy", mode, "--epsilon", epsilon, *pate,
+                                                                     *extra),
                             quick_args=QUICK, teacher=f"teachers-{members}-{dataset}"))
     return runs
 
