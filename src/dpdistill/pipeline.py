@@ -64,16 +64,15 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
         if progress:
             progress(members[-1])
     partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
-    ensemble = TeacherEnsemble(models).eval()
     # Kept in ensemble.json: M forward passes over the test split cost minutes, and every transcription reports it
-    test_accuracy = accuracy(ensemble, dataset.x_test, dataset.y_test, device=config.device)
+    test_accuracy, vote_accuracy = _ensemble_accuracies(TeacherEnsemble(models).eval(), dataset, config.device)
     write_ensemble_description(out_dir, partitions, {"partition": partition, "dataset": dataset_name,
                                                      "arch": config.arch, "test_accuracy": test_accuracy})
     member_accuracies = [member["test_accuracy"] for member in members]
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "ensemble": {"members": partitions, "partition": partition},
               "accuracy": {"teacher": test_accuracy,
-                           "plurality_vote": _vote_accuracy(ensemble, dataset, config.device),
+                           "plurality_vote": vote_accuracy,
                            "member_mean": sum(member_accuracies) / partitions,
                            "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
               "members": members, "timing": {"wall_seconds": time.perf_counter() - started}, "seed": config.seed,
@@ -84,13 +83,16 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
 
 
 @torch.inference_mode()
-def _vote_accuracy(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str) -> float:
-    """Accuracy of the members' plurality vote (what label-mode aggregation counts, before noise)."""
+def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str) -> tuple[float, float]:
+    """Test accuracy of the members' mean probability and of their plurality vote (what label-mode aggregation
+    counts, before noise), from one pass of every member over the test split."""
     ensemble.to(device)
-    votes = torch.cat([ensemble.member_logits(dataset.x_test[i:i + 1024].to(device)).argmax(-1).cpu()
-                       for i in range(0, len(dataset.x_test), 1024)], dim=1)
-    histogram = F.one_hot(votes, dataset.num_classes).sum(0)
-    return (histogram.argmax(1) == dataset.y_test).float().mean().item()
+    mean, vote = [], []
+    for i in range(0, len(dataset.x_test), 1024):
+        member_logits = ensemble.member_logits(dataset.x_test[i:i + 1024].to(device))
+        mean.append(ensemble.combine(member_logits).argmax(1).cpu())
+        vote.append(F.one_hot(member_logits.argmax(-1), dataset.num_classes).sum(0).argmax(1).cpu())
+    return tuple((torch.cat(predictions) == dataset.y_test).float().mean().item() for predictions in (mean, vote))
 
 
 def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:

@@ -120,9 +120,9 @@ class TranscriptionConfig:
             raise ConfigError(f"generator-beta1 must be in [0, 1), got {self.generator_beta1}")
         self.privacy.validate(num_classes)
 
-    def queries_before(self, iteration: int) -> int:
-        """Teacher queries of the iterations before `iteration`: the teacher is asked in iterations 0, n, 2n, ..."""
-        return -(-iteration // self.query_every) * self.batch_size
+    def query_iterations(self, before: int) -> int:
+        """How many of the iterations before `before` ask the teacher: iterations 0, n, 2n, ..."""
+        return -(-before // self.query_every)
 
     @property
     def generator_sees_teacher(self) -> bool:

@@ -93,7 +93,7 @@ class DPSDTranscriber:
         self.work_dir = work_dir
         self.progress = progress
         self.plan = plan_privacy(config.privacy, num_classes, config.batch_size,
-                                 config.queries_before(config.iterations) // config.batch_size)
+                                 config.query_iterations(config.iterations))
 
         torch.manual_seed(config.seed)
         self.student = build_classifier(config.student_arch, in_shape, num_classes).to(self.device)
@@ -327,7 +327,9 @@ class DPSDTranscriber:
         return accuracy(self.student, self.test_set.x_test, self.test_set.y_test, device=self.device)
 
     def _answered(self) -> int:
-        return self.ledger.answered if self.ledger else self.config.queries_before(self.iteration)
+        if self.ledger is not None:
+            return self.ledger.answered
+        return self.config.query_iterations(self.iteration) * self.config.batch_size
 
     # --- resumable state -----------------------------------------------------------------------------------
 

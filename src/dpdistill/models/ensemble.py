@@ -43,7 +43,11 @@ class TeacherEnsemble(nn.Module):
         return torch.stack([member(x) for member in self.members])
 
     def forward(self, x: Tensor) -> Tensor:
-        log_probabilities = F.log_softmax(self.member_logits(x), dim=-1)
+        return self.combine(self.member_logits(x))
+
+    def combine(self, member_logits: Tensor) -> Tensor:
+        """The log of the members' mean probabilities, from `member_logits` (M, N, classes)."""
+        log_probabilities = F.log_softmax(member_logits, dim=-1)
         return torch.logsumexp(log_probabilities, dim=0) - math.log(len(self.members))
 
 
