@@ -143,7 +143,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                             ("--method", method, "--epsilon", epsilon, "--epochs", "3"), command="train-private",
                             quick_args=("--epochs", "1")))
     for members in ENSEMBLE_SIZES:
-        runs.append(Run(f"teachers-{members}-{dataset}", "teacher ensemble (plurality vote)", dataset,
+        runs.append(Run(f"teachers-{members}-{dataset}", "teacher ensemble (mean probability)", dataset,
                         ("--partitions", str(members), "--epochs", "5"), command="train-teacher",
                         quick_args=("--epochs", "1", "--min-steps", "10")))
     # Ensembles: one example changes one member, so the signal grows with M while the sensitivity stays put.
@@ -180,7 +180,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
 def dpdfd_ablations(dataset: str) -> list[Run]:
     base = ("--method", "dpdfd", "--privacy", "data", "--preset", "paper", "--accounting", "paper", *SMALL_GENERATOR)
     runs = [Run(f"dpdfd-bound-{bound}-{operation}-{dataset}", "DPDFD ablation: norm bound (Fig. 2)", dataset,
-                (*base, "--epsilon", "0.6", "--beta", bound, "--set", f"gradient_operation={operation}"),
+                (*base, "--epsilon", "0.6", "--beta", bound, "--gradient-op", operation),
                 quick_args=QUICK)
             for bound in ("1e-5", "1e-4", "1e-3", "1e-2") for operation in ("normalize", "clip")]
     runs += [Run(f"dpdfd-sigma-{sigma}-{dataset}", "DPDFD ablation: noise scale (Tab. 5)", dataset,
@@ -213,7 +213,7 @@ ABLATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("no-entropy", ("--set", "entropy_weight=0")),
     ("no-activation", ("--set", "activation_weight=0")),
     ("kd", ("--distill-loss", "kd")),
-    ("clip", ("--set", "gradient_operation=clip")),
+    ("clip", ("--gradient-op", "clip")),
     ("no-top-k", ("--top-k", "10")),
 )
 
@@ -229,8 +229,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--dataset", run.dataset]
     else:
         command += ["--teacher", str(out / run.teacher_row() / "seed0")]
-        if (directory / "resume").exists():
-            command.append("--resume")
+    if (directory / "resume").exists():  # every command keeps its unfinished state there
+        command.append("--resume")
     command += [*run.args, *(run.quick_args if quick else ())]  # a repeated option: the last one counts
     print(f"[{time.strftime('%H:%M:%S')}] {run.name} seed {seed}: {' '.join(command[3:])}", flush=True)
     started = time.perf_counter()
@@ -241,6 +241,7 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         print(f"  failed with exit code {os.waitstatus_to_exitcode(status)}", flush=True)
         return None
     measured.write_text(json.dumps({"wall_seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024,
+                                    "resumed": "--resume" in command,  # the wall time is then the last part's
                                     "command": " ".join(["dpdistill", *(part for part in command[3:] if part != "--resume")])}))
     return _load(run, seed, directory)
 
@@ -249,7 +250,7 @@ def _load(run: Run, seed: int, directory: Path) -> Result:
     measured = json.loads((directory / "measured.json").read_text())
     report = json.loads((directory / "report.json").read_text())
     return Result(run.name, seed, report, measured["wall_seconds"], measured["peak_rss_mb"],
-                  {"command": measured["command"]})
+                  {"command": measured["command"], "resumed": measured.get("resumed", False)})
 
 
 # --- rendering ---------------------------------------------------------------------------------------------
@@ -271,6 +272,7 @@ def summarise(run: Run, results: list[Result]) -> dict:
         "paper_accuracy": run.paper, "epsilon": privacy.get("epsilon"), "paper_epsilon": privacy.get("paper_epsilon"),
         "delta": privacy.get("delta"), "privacy_mode": privacy.get("mode"), "covered": privacy.get("covered"),
         "wall_seconds": statistics.mean(r.wall_seconds for r in results),
+        "resumed": any(r.extra["resumed"] for r in results),
         "peak_rss_mb": max(r.peak_rss_mb for r in results),
         "iterations_per_second": iterations / loop if iterations and loop else None,
         "samples_per_second": timing.get("samples_per_second"),
@@ -295,7 +297,8 @@ def render(rows: list[dict], quick: bool, figure: str | None) -> str:
         lines.append("| " + " | ".join([
             row["group"], f"`{row['run']}`", ",".join(map(str, row["seeds"])),
             f"{row['accuracy_mean']:.2f} ± {row['accuracy_std']:.2f}", _number(row["paper_accuracy"], ".2f"),
-            _epsilon(row), _number(row["paper_epsilon"], ".3g"), f"{row['wall_seconds']:.0f}",
+            _epsilon(row), _number(row["paper_epsilon"], ".3g"),
+            f"{row['wall_seconds']:.0f}" + (" (resumed: last part)" if row.get("resumed") else ""),
             _number(row["iterations_per_second"], ".2f"), _number(row["samples_per_second"], ".0f"),
             f"{row['peak_rss_mb']:.0f}"]) + " |")
     lines += ["", "Where each transcription's loop time goes (fraction of the loop, evaluation excluded):", "",

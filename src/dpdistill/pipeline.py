@@ -30,6 +30,7 @@ from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 Progress = Callable[[dict], None]
+ENSEMBLE_PLAN = "ensemble-plan.json"
 
 
 def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None) -> dict:
@@ -46,26 +47,60 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
 
 
 def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
-                           alpha: float | None = None, progress: Progress | None = None) -> dict:
+                           alpha: float | None = None, progress: Progress | None = None,
+                           resume: bool = False) -> dict:
     """Train one teacher per disjoint partition of the training split (IID, or Dirichlet(alpha) per class) into
-    `out_dir/member-XXX/`, then mark `out_dir` as an ensemble; report each member's and the ensemble's accuracy."""
+    `out_dir/member-XXX/`, then mark `out_dir` as an ensemble; report each member's and the ensemble's accuracy.
+
+    Members are kept as they finish (hundreds of them take hours): with `resume`, an interrupted run continues
+    with its saved settings after the last finished member."""
+    with _exclusive(out_dir):
+        return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume)
+
+
+def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
+                            alpha: float | None, progress: Progress | None, resume: bool) -> dict:
+    state = out_dir / "resume"
+    plan_path = state / ENSEMBLE_PLAN
+    if resume:
+        plan = interrupted_ensemble(out_dir)
+        if plan is None:
+            raise ConfigError(f"nothing to resume in {out_dir}: no interrupted ensemble training there (start one "
+                              f"without --resume)")
+        dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
+        config = TeacherConfig(**plan["config"])
+    elif state.exists():
+        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
     dataset = load_dataset(dataset_name)
     parts = partition_indices(dataset.y_train, partitions, alpha, config.seed)
+    if not resume:
+        state.mkdir(parents=True)
+        write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
+                               "config": dataclasses.asdict(config)})
     meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
-    started = time.perf_counter()
     members, models = [], []
     for index, part in enumerate(parts):
-        subset = dataclasses.replace(dataset, x_train=dataset.x_train[part], y_train=dataset.y_train[part])
-        model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
-                                           evaluate_each_epoch=False)
-        save_model(member_directory(out_dir, index), model, meta)
+        record_path = state / f"member-{index:03d}.json"
+        if record_path.exists():  # finished before the interruption: its record is written after its weights
+            model, _ = load_classifier(member_directory(out_dir, index))
+            record = json.loads(record_path.read_text())
+        else:
+            subset = dataclasses.replace(dataset, x_train=dataset.x_train[part], y_train=dataset.y_train[part])
+            model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
+                                               evaluate_each_epoch=False)
+            save_model(member_directory(out_dir, index), model, meta)
+            record = {"member": index + 1, "examples": len(part), "test_accuracy": training["test_accuracy"],
+                      "wall_seconds": training["wall_seconds"]}
+            write_json(record_path, record)
         models.append(model)
-        members.append({"member": index + 1, "examples": len(part), "test_accuracy": training["test_accuracy"]})
+        members.append(record)
         if progress:
-            progress(members[-1])
+            progress(record)
     partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
     # Kept in ensemble.json: M forward passes over the test split cost minutes, and every transcription reports it
+    started = time.perf_counter()
     test_accuracy, vote_accuracy = _ensemble_accuracies(TeacherEnsemble(models).eval(), dataset, config.device)
+    evaluation_seconds = time.perf_counter() - started
     write_ensemble_description(out_dir, partitions, {"partition": partition, "dataset": dataset_name,
                                                      "arch": config.arch, "test_accuracy": test_accuracy})
     member_accuracies = [member["test_accuracy"] for member in members]
@@ -75,11 +110,21 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
                            "plurality_vote": vote_accuracy,
                            "member_mean": sum(member_accuracies) / partitions,
                            "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
-              "members": members, "timing": {"wall_seconds": time.perf_counter() - started}, "seed": config.seed,
+              "members": members, "seed": config.seed,
+              # the members' own times (also those trained before an interruption) and the ensemble's evaluation
+              "timing": {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
+                         "evaluation_seconds": evaluation_seconds},
               "privacy": {"guarantee": "none: these are the private models that dpdistill converts; one private "
                                        "example is in exactly one member's partition"}}
     write_json(out_dir / "report.json", report)
+    shutil.rmtree(state)
     return report
+
+
+def interrupted_ensemble(out_dir: Path) -> dict | None:
+    """The settings of the unfinished ensemble training in `out_dir` (dataset, partitions, alpha, config), if any."""
+    plan_path = out_dir / "resume" / ENSEMBLE_PLAN
+    return json.loads(plan_path.read_text()) if plan_path.exists() else None
 
 
 @torch.inference_mode()

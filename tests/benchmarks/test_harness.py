@@ -58,3 +58,26 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert names("ensemble-50-label-eps1-*") == ["teachers-50-fmnist", "ensemble-50-label-eps1-fmnist"]
     assert names("dpsgd-eps1-*") == ["dpsgd-eps1-fmnist"]  # trains on the data: no teacher
     assert names("srr-paper-eps1-*") == ["teacher-fmnist", "srr-paper-eps1-fmnist"]
+
+
+def test_an_interrupted_row_is_resumed_and_marked(tmp_path: Path):
+    import pytest
+
+    from dpdistill.pipeline import train_teacher_ensemble
+    from dpdistill.training.teacher import TeacherConfig
+
+    harness = _harness()
+    directory = tmp_path / "bench" / "teachers-10-digits" / "seed0"
+
+    def stop(record: dict) -> None:
+        if record["member"] == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the row's own settings (quick pass), stopped after four members
+        train_teacher_ensemble("digits", directory, TeacherConfig(epochs=1, min_steps=10), 10, progress=stop)
+    markdown = tmp_path / "BENCHMARKS.md"
+    assert harness.main(["--quick", "--datasets", "digits", "--only", "teachers-10-digits", "--out",
+                         str(tmp_path / "bench"), "--markdown", str(markdown)]) == 0
+    assert json.loads((directory / "measured.json").read_text())["resumed"] is True
+    assert len(json.loads((directory / "report.json").read_text())["members"]) == 10
+    assert "(resumed: last part)" in markdown.read_text()

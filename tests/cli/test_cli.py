@@ -29,11 +29,12 @@ def test_evaluate_a_teacher(digits_teacher: Path):
 
 def test_transcribe_writes_a_report(digits_teacher: Path, tmp_path: Path):
     result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--privacy", "label",
-                    "--epsilon", "5", "--preset", "demo", "--iterations", "6", "--batch-size", "32")
+                    "--epsilon", "5", "--preset", "demo", "--iterations", "6", "--batch-size", "32",
+                    "--gradient-op", "clip")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["privacy"]["epsilon"] <= 5
-    assert report["config"]["iterations"] == 6
+    assert report["config"]["iterations"] == 6 and report["config"]["gradient_operation"] == "clip"
     evaluated = invoke("evaluate", "--model", tmp_path, "--dataset", "digits")
     assert evaluated.exit_code == 0, evaluated.output
 
@@ -57,6 +58,7 @@ def _transcribe(teacher: Path, out: Path, *extra: str):
     (("--epsilon", "1", "--set", "warp_drive=on"), "cannot set"),
     (("--epsilon", "1", "--set", "student_steps=lots"), "expects"),
     (("--epsilon", "1", "--preset", "paper,fancy"), "unknown preset"),
+    (("--epsilon", "1", "--gradient-op", "round"), "unknown gradient operation"),
     ((), "epsilon"),
 ])
 def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, extra, message):
@@ -110,7 +112,8 @@ def test_train_an_ensemble_and_transcribe_it(tmp_path: Path):
 
 
 @pytest.mark.parametrize("extra, message", [(("--dirichlet-alpha", "0.5"), "--partitions > 1"),
-                                            (("--partitions", "2000"), "cannot fill")])
+                                            (("--partitions", "2000"), "cannot fill"),
+                                            (("--partitions", "3", "--resume"), "nothing to resume")])
 def test_impossible_ensembles_are_refused(tmp_path: Path, extra, message):
     result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, *extra)
     assert result.exit_code == 2

@@ -8,9 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpdistill.errors import CheckpointError
+from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.models.ensemble import ENSEMBLE_FILE, TeacherEnsemble, load_teacher, member_directory
+from dpdistill import pipeline
+from dpdistill.pipeline import train_teacher_ensemble
+from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 
 def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ensemble: Path):
@@ -56,3 +59,38 @@ def test_ensemble_forward_is_the_log_of_the_mean_probability():
     expected = torch.log(torch.stack([F.softmax(m(x), -1) for m in members]).mean(0))
     assert torch.allclose(ensemble(x), expected, atol=1e-6)
     assert math.isclose(ensemble(x).exp().sum(-1)[0].item(), 1.0, rel_tol=1e-5)
+
+
+def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch):
+    config = TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=5)
+    whole = train_teacher_ensemble("digits", tmp_path / "whole", config, 3)
+
+    def stop_after_two(record: dict) -> None:
+        if record["member"] == 2:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        train_teacher_ensemble("digits", out, config, 3, progress=stop_after_two)
+    assert not (out / ENSEMBLE_FILE).exists()  # a partial ensemble is never loadable
+    with pytest.raises(ConfigError, match="unfinished run"):
+        train_teacher_ensemble("digits", out, config, 3)
+    trained_sizes = []
+
+    def counting(subset, *args, **kwargs):
+        trained_sizes.append(len(subset.y_train))
+        return train_classifier(subset, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_classifier", counting)
+    resumed = train_teacher_ensemble("cifar-does-not-matter", out, TeacherConfig(epochs=9), 7, resume=True)
+    assert resumed["ensemble"]["members"] == 3  # the saved settings, not the call's
+    assert trained_sizes == [whole["members"][2]["examples"]]  # only the unfinished member is trained
+    def trained(report: dict) -> list[dict]:
+        return [{key: value for key, value in member.items() if key != "wall_seconds"} for member in report["members"]]
+
+    assert trained(resumed) == trained(whole) and resumed["accuracy"] == whole["accuracy"]  # as if never stopped
+    assert resumed["timing"]["wall_seconds"] > sum(member["wall_seconds"] for member in resumed["members"][:2])
+    assert not (out / "resume").exists()
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        train_teacher_ensemble("digits", out, config, 3, resume=True)

@@ -105,19 +105,23 @@ def train_teacher_command(
                                                    "partitions get more epochs)"),
     seed: int = typer.Option(0),
     device: str = typer.Option("cpu", help="cpu or cuda"),
+    resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
+                                            "settings, after its last finished member"),
 ) -> None:
     """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
-    from dpdistill.pipeline import train_teacher, train_teacher_ensemble
+    from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
     from dpdistill.training.teacher import TeacherConfig
 
     config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps, seed=seed,
                            device=device)
     if partitions == 1 and dirichlet_alpha is not None:
         raise typer.BadParameter("--dirichlet-alpha splits an ensemble's data: use it with --partitions > 1")
-    if partitions > 1:
+    if partitions > 1 or resume:
+        plan = interrupted_ensemble(out) if resume else None
+        partitions = plan["partitions"] if plan else partitions
         bar, update = _progress_bar(partitions, f"{partitions} teachers on {dataset}")
         with bar:
-            report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update)
+            report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume)
         accuracy = report["accuracy"]
         console.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
                       f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
@@ -153,6 +157,8 @@ def transcribe_command(
     beta: Optional[float] = typer.Option(None, help="data mode normalization bound"),
     epsilon0: Optional[float] = typer.Option(None, help="label mode per-query RR epsilon; default: calibrated"),
     top_k: Optional[int] = typer.Option(None, help="k of top-k (gradient entries / candidate labels)"),
+    gradient_op: Optional[str] = typer.Option(None, help="data mode: normalize (DPSD, DPDFD) or clip the output "
+                                                         "gradient to norm beta (DPDFD's C)"),
     student_arch: Optional[str] = typer.Option(None),
     student_lr: Optional[float] = typer.Option(None),
     generator_lr: Optional[float] = typer.Option(None),
@@ -176,7 +182,8 @@ def transcribe_command(
         {"method": method, "iterations": iterations, "batch_size": batch_size, "top_k": top_k, "seed": seed,
          "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
          "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
-         "class_balanced": class_balanced, "discriminator": discriminator, **parse_assignments(set_)},
+         "class_balanced": class_balanced, "discriminator": discriminator, "gradient_operation": gradient_op,
+         **parse_assignments(set_)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )
