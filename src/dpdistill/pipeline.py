@@ -62,15 +62,11 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
                             alpha: float | None, progress: Progress | None, resume: bool) -> dict:
     state = out_dir / "resume"
     plan_path = state / ENSEMBLE_PLAN
+    plan = interrupted_ensemble(out_dir)
+    _check_resume(out_dir, resume, plan is not None, "ensemble training")
     if resume:
-        plan = interrupted_ensemble(out_dir)
-        if plan is None:
-            raise ConfigError(f"nothing to resume in {out_dir}: no interrupted ensemble training there (start one "
-                              f"without --resume)")
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
-    elif state.exists():
-        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
     dataset = load_dataset(dataset_name)
     parts = partition_indices(dataset.y_train, partitions, alpha, config.seed)
     if not resume:
@@ -157,6 +153,14 @@ def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> I
     return dataset
 
 
+def _check_resume(out_dir: Path, resume: bool, resumable: bool, what: str) -> None:
+    """Refuse `--resume` with nothing to resume, and a fresh start over an unfinished run's state in `out_dir`."""
+    if resume and not resumable:
+        raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
+    if not resume and (out_dir / "resume").exists():
+        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
+
+
 @contextlib.contextmanager
 def _exclusive(out_dir: Path):
     """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints."""
@@ -184,12 +188,9 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
                 resume: bool, progress: Progress | None) -> dict[str, Any]:
     teacher, meta = load_teacher(teacher_dir)
     config_path = out_dir / "config.json"
+    _check_resume(out_dir, resume, config_path.exists(), "transcription")
     if resume:
-        if not config_path.exists():
-            raise ConfigError(f"nothing to resume in {out_dir}: no config.json (start a run without --resume)")
         config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
-    elif (out_dir / "resume").exists():
-        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
     if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
         config = dataclasses.replace(config, privacy=dataclasses.replace(config.privacy, teachers=len(teacher)))
     in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
@@ -279,13 +280,9 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
     from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
 
     config_path = out_dir / "config.json"
+    _check_resume(out_dir, resume, (out_dir / "resume").exists() and config_path.exists(), "train-private run")
     if resume:
-        if not (out_dir / "resume").exists() or not config_path.exists():
-            raise ConfigError(f"nothing to resume in {out_dir}: no interrupted train-private run there (start one "
-                              f"without --resume)")
         config = PrivateTrainingConfig.from_dict(json.loads(config_path.read_text()))
-    elif (out_dir / "resume").exists():
-        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
     dataset = load_dataset(config.dataset)
     started = time.perf_counter()
     plan = plan_private_training(config, len(dataset.y_train))  # refuses an overspending plan before any write
