@@ -47,7 +47,7 @@ class Run:
     teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
 
     def teacher_row(self) -> str | None:
-        if self.command != "transcribe":
+        if self.command not in TEACHER_COMMANDS:
             return None
         return self.teacher or f"teacher-{self.dataset}"
 
@@ -68,6 +68,9 @@ PAPER = {("fmnist", "data"): 90.08, ("fmnist", "label"): 89.17, ("mnist", "data"
 PAPER_DPDFD = {"fmnist": 89.88, "mnist": 97.51}
 PAPER_SRR = {("fmnist", "1"): 89.17, ("fmnist", "10"): 90.74, ("mnist", "1"): 97.62, ("mnist", "10"): 98.56}
 ENSEMBLE_SIZES = (10, 50, 250)  # M = 1 is the single teacher
+PATE_QUERIES = (("1", 200), ("10", 2000))  # (sound epsilon, answers)
+PATE_QUICK = ("--queries", "50", "--public-size", "200", "--min-steps", "10", "--epochs", "1", "--self-training-rounds", "0")
+TEACHER_COMMANDS = ("transcribe", "pate")  # commands that read a teacher row's output instead of a data set
 
 
 SMALL_GENERATOR = ("--set", "generator_width=64,32,16")  # 6x cheaper than the paper's generator
@@ -172,6 +175,17 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                             "answers, at a sound epsilon", dataset, ("--privacy", mode, "--epsilon", epsilon, *pate,
                                                                      *extra),
                             quick_args=QUICK, teacher=f"teachers-{members}-{dataset}"))
+    # PATE on public images (the first 5,000 test images, unlabelled; accuracy on the other 5,000): a data-free
+    # run's inputs replaced by real ones. Few answers at epsilon 1 (each costs noise), more at 10; M = 250 also
+    # at half and twice as many, and its headline rows over several seeds.
+    for members in ENSEMBLE_SIZES:
+        for epsilon, queries in PATE_QUERIES:
+            counts = (queries // 2, queries, queries * 2) if members == ENSEMBLE_SIZES[-1] else (queries,)
+            runs += [Run(f"pate-{members}-eps{epsilon}-q{count}-{dataset}", "PATE on public images (accuracy on the "
+                         "other half of the test split)", dataset, ("--epsilon", epsilon, "--queries", str(count)),
+                         headline_seeds if members == ENSEMBLE_SIZES[-1] and count == queries else 1,
+                         command="pate", quick_args=PATE_QUICK, teacher=f"teachers-{members}-{dataset}")
+                     for count in counts]
     return runs
 
 
@@ -225,7 +239,7 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
     if (directory / "report.json").exists() and measured.exists():
         return _load(run, seed, directory)
     command = [sys.executable, "-m", "dpdistill.cli.main", run.command, "--out", str(directory), "--seed", str(seed)]
-    if run.command != "transcribe":
+    if run.teacher_row() is None:
         command += ["--dataset", run.dataset]
     else:
         command += ["--teacher", str(out / run.teacher_row() / "seed0")]

@@ -310,3 +310,57 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
     write_private_training_report(out_dir, report)
     shutil.rmtree(out_dir / "resume", ignore_errors=True)
     return report
+
+
+def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool = False,
+         progress: Progress | None = None) -> dict[str, Any]:
+    """PATE on public images (methods/pate.py): the ensemble in `teacher_dir` labels public images through noisy
+    votes, and a student learns from them. With `resume`, the run saved in `out_dir` continues from its released
+    answers with its saved settings, without asking the ensemble again."""
+    with _exclusive(out_dir):
+        return _pate(teacher_dir, config, out_dir, resume, progress)
+
+
+def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool,
+          progress: Progress | None) -> dict[str, Any]:
+    from dpdistill.methods.pate import ANSWERS_FILE, PateConfig, run_pate
+    from dpdistill.reporting.report import pate_markdown, write_report
+
+    config_path, state = out_dir / "config.json", out_dir / "resume"
+    _check_resume(out_dir, resume, (state / ANSWERS_FILE).exists() and config_path.exists(), "PATE run")
+    if resume:
+        saved = json.loads(config_path.read_text())
+        teacher_dir, config = Path(saved["teacher"]), PateConfig.from_dict(saved["pate"])
+    ensemble, meta = load_teacher(teacher_dir)
+    if not isinstance(ensemble, TeacherEnsemble):
+        raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
+                          f"(dpdistill train-teacher --partitions M)")
+    in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
+    dataset_name = config.dataset or meta.get("dataset")
+    if not dataset_name:
+        raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
+    evaluation = _evaluation_set(dataset_name, in_shape, num_classes)
+    write_json(config_path, {"teacher": str(teacher_dir), "pate": config.to_dict()})
+    student, figures = run_pate(ensemble, evaluation, config, state, resume, progress)
+
+    save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),
+               name="student")
+    shutil.copyfile(state / ANSWERS_FILE, out_dir / ANSWERS_FILE)  # the noisy answers are a release: keep them
+    history = figures.pop("history")
+    report = {
+        "method": "pate",
+        "dataset": dataset_name,
+        "teacher": str(teacher_dir),
+        **figures,
+        "accuracy": {"student": history[-1]["test_accuracy"],
+                     "teacher": _teacher_accuracy(ensemble, meta, evaluation, dataset_name, config.device),
+                     "answers": figures.pop("answer_accuracy")},
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "history": history,
+        "resumed": resume,
+        "dpdistill_version": __version__,
+    }
+    write_report(out_dir, report, pate_markdown(report))
+    shutil.rmtree(state)
+    return report

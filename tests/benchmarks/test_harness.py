@@ -58,9 +58,10 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert names("ensemble-50-label-eps1-*") == ["teachers-50-fmnist", "ensemble-50-label-eps1-fmnist"]
     assert names("dpsgd-eps1-*") == ["dpsgd-eps1-fmnist"]  # trains on the data: no teacher
     assert names("srr-paper-eps1-*") == ["teacher-fmnist", "srr-paper-eps1-fmnist"]
+    assert names("pate-50-eps1-*") == ["teachers-50-fmnist", "pate-50-eps1-q200-fmnist"]
 
 
-def test_an_interrupted_row_is_resumed_and_marked(tmp_path: Path):
+def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
     import pytest
 
     from dpdistill.pipeline import train_teacher_ensemble
@@ -76,8 +77,10 @@ def test_an_interrupted_row_is_resumed_and_marked(tmp_path: Path):
     with pytest.raises(KeyboardInterrupt):  # the row's own settings (quick pass), stopped after four members
         train_teacher_ensemble("digits", directory, TeacherConfig(epochs=1, min_steps=10), 10, progress=stop)
     markdown = tmp_path / "BENCHMARKS.md"
-    assert harness.main(["--quick", "--datasets", "digits", "--only", "teachers-10-digits", "--out",
+    assert harness.main(["--quick", "--datasets", "digits", "--only", "pate-10-eps1-*", "--out",
                          str(tmp_path / "bench"), "--markdown", str(markdown)]) == 0
     assert json.loads((directory / "measured.json").read_text())["resumed"] is True
     assert len(json.loads((directory / "report.json").read_text())["members"]) == 10
     assert "(resumed: last part)" in markdown.read_text()
+    pate = json.loads((tmp_path / "bench" / "pate-10-eps1-q200-digits" / "seed0" / "report.json").read_text())
+    assert pate["privacy"]["teachers"] == 10 and 0.99 < pate["privacy"]["epsilon"] <= 1

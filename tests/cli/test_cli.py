@@ -160,3 +160,18 @@ def test_train_private_error_paths(tmp_path: Path, extra, message):
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], result.output
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+@pytest.mark.parametrize("teacher, extra, message", [
+    ("single", ("--epsilon", "1"), "needs an ensemble"),
+    ("ensemble", ("--epsilon", "1", "--queries", "300"), "public images"),
+    ("ensemble", (), "budget"),
+    ("ensemble", ("--resume",), "nothing to resume"),
+])
+def test_pate_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path, teacher, extra, message):
+    directory = digits_teacher if teacher == "single" else digits_ensemble
+    result = invoke("pate", "--teacher", directory, "--out", tmp_path / "run", "--queries", "50", "--public-size",
+                    "200", *extra)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "run" / "student.safetensors").exists()

@@ -22,6 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 data_app = typer.Typer(no_args_is_help=True, help="Data sets: what is available and where it comes from.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
+# Options several commands share, declared once
+SEED = typer.Option(0, help="seeds the model, the sampling and the noise (reproducible runs)")
+DEVICE = typer.Option("cpu", help="cpu or cuda")
+ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 
 
 class PrivacyModeOption(str, Enum):
@@ -64,7 +68,7 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
-        step = record.get("iteration", record.get("epoch", record.get("member")))
+        step = record.get("iteration", record.get("epoch", record.get("member", record.get("round"))))
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
@@ -103,8 +107,8 @@ def train_teacher_command(
                                                                "~ Dirichlet(alpha) (default: IID)"),
     min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
                                                    "partitions get more epochs)"),
-    seed: int = typer.Option(0),
-    device: str = typer.Option("cpu", help="cpu or cuda"),
+    seed: int = SEED,
+    device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
                                             "settings, after its last finished member"),
 ) -> None:
@@ -258,9 +262,9 @@ def train_private_command(
     student_arch: str = typer.Option("datalens", help="the student transcription uses, or module:callable"),
     epochs: int = typer.Option(10, min=1),
     batch_size: int = typer.Option(256, min=1, help="expected batch size (Poisson sampling)"),
-    lr: float = typer.Option(1e-3, help="Adam's learning rate"),
-    seed: int = typer.Option(0),
-    device: str = typer.Option("cpu", help="cpu or cuda"),
+    lr: float = ADAM_LR,
+    seed: int = SEED,
+    device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
                                             "options are then ignored)"),
 ) -> None:
@@ -296,6 +300,61 @@ def print_private_summary(report: dict, out: Path) -> None:
     Console().print(table)
     style = "" if privacy["formal_guarantee"] else "bold red"
     Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
+
+
+@app.command("pate")
+@clear_errors
+def pate_command(
+    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (train-teacher --partitions M)"),
+    out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, report.json and "
+                                       "report.md"),
+    epsilon: Optional[float] = typer.Option(None, help="privacy budget; the vote noise is calibrated to it unless "
+                                                       "--sigma"),
+    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
+    queries: int = typer.Option(1000, help="public images the ensemble labels: fewer answers, each less noisy"),
+    sigma: Optional[float] = typer.Option(None, help="noise std on each vote count (default: calibrated)"),
+    public: Optional[str] = typer.Option(None, help="data set of the public images (default: the evaluation data "
+                                                    "set's test split, whose first --public-size images are then "
+                                                    "public and the rest measure accuracy)"),
+    public_size: int = typer.Option(5000, help="public images the student may see, labelled or not"),
+    vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
+    self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
+                                                     "labels confidently itself"),
+    pseudo_label_confidence: float = typer.Option(0.9, help="the student's probability needed to keep its label"),
+    student_arch: str = typer.Option("datalens", help="the student's architecture, or module:callable"),
+    epochs: int = typer.Option(10),
+    min_steps: int = typer.Option(1500, help="at least this many optimizer steps per round"),
+    augment_shift: int = typer.Option(2, help="translate training images by up to this many pixels (0: off)"),
+    batch_size: int = typer.Option(128),
+    lr: float = ADAM_LR,
+    dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teachers')"),
+    seed: int = SEED,
+    device: str = DEVICE,
+    resume: bool = typer.Option(False, help="continue the interrupted run in --out from its released answers, with "
+                                            "its saved settings (other options are then ignored)"),
+) -> None:
+    """PATE baseline: a teacher ensemble labels public images through noisy votes; a student learns from them."""
+    from dpdistill.methods.pate import PateConfig
+    from dpdistill.pipeline import pate
+
+    config = None if resume else PateConfig(
+        epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
+        public_size=public_size, vote_margin=vote_margin, self_training_rounds=self_training_rounds,
+        pseudo_label_confidence=pseudo_label_confidence, student_arch=student_arch, epochs=epochs,
+        min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    bar, update = _progress_bar(1 + self_training_rounds, "pate student rounds")  # a resume: the saved number
+    with bar:
+        report = pate(teacher, config, out, resume, update)
+    privacy, accuracy = report["privacy"], report["accuracy"]
+    table = Table(title=f"pate / {report['dataset']}")
+    table.add_column("quantity")
+    table.add_column("value")
+    table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
+    table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
+    table.add_row("teachers, answers, sigma", f"{privacy['teachers']}, {privacy['queries']}, {privacy['sigma']:.4g}")
+    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
+    table.add_row("report", str(out / "report.md"))
+    Console().print(table)
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m dpdistill`

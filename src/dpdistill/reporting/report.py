@@ -226,7 +226,48 @@ def private_training_markdown(report: dict[str, Any]) -> str:
 
 
 def write_private_training_report(out_dir: Path, report: dict[str, Any]) -> None:
+    write_report(out_dir, report, private_training_markdown(report))
+
+
+def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
     """report.json and report.md in `out_dir`, each written atomically."""
     write_json(out_dir / "report.json", report)
-    text = private_training_markdown(report)
-    write_atomically({out_dir / "report.md": lambda temporary: temporary.write_text(text)})
+    write_atomically({out_dir / "report.md": lambda temporary: temporary.write_text(markdown)})
+
+
+PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), ("budget_epsilon", "budget"),
+             ("teachers", "teachers (ensemble)"), ("queries", "answers released"),
+             ("kept_answers", "answers kept (noisy lead >= vote margin)"), ("sigma", "sigma (noise std per vote count)"),
+             ("noise_multiplier", "noise multiplier (std / sqrt 2)"), ("vote_margin", "vote margin (sigmas)"))
+
+
+def pate_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
+    privacy, accuracy = report["privacy"], report["accuracy"]
+    lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "",
+             f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to {privacy['unit']} "
+             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
+             f"are not private and must not be released.", "",
+             f"Public images: {report['public']}.", "",
+             "| quantity | value |", "| --- | --- |",
+             f"| student accuracy (real test images, none of them public) | {_percent(accuracy['student'])} |",
+             f"| teacher ensemble accuracy (mean probability, whole test split) | {_percent(accuracy['teacher'])} |",
+             f"| kept answers naming the true class | {_percent(accuracy['answers'])} |",
+             f"| epsilon (sound, {privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
+    lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PATE_ROWS if key in privacy]
+    timing = report["timing"]
+    lines += [f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
+              f"{timing['wall_seconds']:.1f} s |",
+              f"| of which voting and noise | {timing['release_seconds']:.1f} s |",
+              "", "## Student rounds", "",
+              "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
+              "student labels confidently (post-processing: no further answers).", "",
+              "| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
+              for r in report["history"]]
+    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+              f"Seed {report['seed']}; the released answers are in `answers.safetensors`. Every figure above is also "
+              f"in `report.json`."]
+    return "\n".join(lines) + "\n"
+
+

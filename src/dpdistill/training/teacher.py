@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
@@ -22,6 +23,8 @@ class TeacherConfig:
     batch_size: int = 128
     lr: float = 1e-3
     min_steps: int = 0  # at least this many optimizer steps: a small partition gets more epochs
+    augment_shift: int = 0  # translate each training batch by up to this many pixels (a few hundred labels
+    # go further; 0: off)
     seed: int = 0
     device: str = "cpu"
 
@@ -46,7 +49,10 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Cal
         total_loss = 0.0
         for start in range(0, len(order), config.batch_size):
             index = order[start:start + config.batch_size]
-            loss = F.cross_entropy(model(dataset.x_train[index].to(device)), dataset.y_train[index].to(device))
+            images = dataset.x_train[index].to(device)
+            if config.augment_shift:
+                images = shift_and_flip(images, config.augment_shift, flip=False)
+            loss = F.cross_entropy(model(images), dataset.y_train[index].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

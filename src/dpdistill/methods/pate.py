@@ -1,0 +1,268 @@
+"""PATE on public images: a teacher ensemble labels public, unlabelled images through noisy votes (GNMax).
+
+The baseline a privacy researcher compares data-free transcription to (Papernot et al. 2017, 2018): instead of a
+generator, the student's inputs are public images that no member was trained on, for example half of the test
+split (the other half then measures accuracy) or another data set of the same shape. Each of `queries` images
+gets the noisy plurality of the members' votes over all classes; one private example changes one member's vote,
+so each answer is a Gaussian mechanism of L2 sensitivity sqrt(2), composed over the answers by dp-accounting.
+The student learns from the answered images, then (self-training) from the public images it labels confidently
+itself. Everything it learns from is public or a noisy release, so the student is covered by the guarantee,
+provided the public images hold no private example.
+
+The released answers are saved before the student is trained: an interrupted run resumes from them and never
+asks the ensemble again, so a resume cannot spend the budget twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from dpdistill.atomic import write_atomically
+from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import CheckpointError, ConfigError, DatasetError, PrivacyParameterError
+from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
+from dpdistill.privacy.mechanisms import noisy_votes
+from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+Progress = Callable[[dict], None]
+ANSWERS_FILE = "answers.safetensors"
+
+
+@dataclass(frozen=True)
+class PateConfig:
+    """Every setting of a PATE run; checked on construction, so a bad value fails before any work."""
+
+    epsilon: float | None
+    delta: float = 1e-5
+    dataset: str | None = None  # whose test split measures accuracy (default: the teachers')
+    queries: int = 1000  # public images the ensemble labels (each one answer)
+    sigma: float | None = None  # std of the Gaussian noise on each vote count; None: calibrated to the budget
+    public: str | None = None  # data set of the public images; None: the teacher's own test split (see PublicSplit)
+    public_size: int = 5000  # how many public images the student may see (labelled or not)
+    vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
+    self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
+    pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
+    student_arch: str = "datalens"
+    epochs: int = 10
+    min_steps: int = 1500  # at least this many optimizer steps per round: a few hundred answers get more epochs
+    augment_shift: int = 2
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.epsilon is None:
+            raise PrivacyParameterError("a privacy budget --epsilon is required")
+        for name in ("queries", "public_size", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.queries > self.public_size:
+            raise ConfigError(f"{self.queries} queries need at least as many public images; --public-size is "
+                              f"{self.public_size}")
+        for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if not 0 < self.pseudo_label_confidence <= 1:
+            raise ConfigError(f"pseudo-label-confidence must be in (0, 1], got {self.pseudo_label_confidence}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "PateConfig":
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"the saved configuration does not describe a PATE run ({error})") from error
+
+    def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
+        """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
+        return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
+                              num_candidates=num_classes, teachers=members)
+
+
+@dataclass(frozen=True)
+class PublicSplit:
+    """The student's public images and the labelled images its accuracy is measured on, never the same ones."""
+
+    pool: Tensor  # (public_size, C, H, W), unlabelled
+    x_eval: Tensor
+    y_eval: Tensor
+    description: str
+
+
+def public_split(evaluation: ImageDataset, config: PateConfig) -> PublicSplit:
+    """Public images from `config.public` (default: the evaluation set itself).
+
+    From the evaluation set, the pool is the first `public_size` test images and accuracy is measured on the
+    rest (PATE's protocol). From another data set, the pool is the first `public_size` of its training images
+    and accuracy is measured on the whole evaluation test split."""
+    size = config.public_size
+    if config.public is None or config.public == evaluation.name:
+        if size >= len(evaluation.y_test):
+            raise ConfigError(f"{evaluation.name}'s test split has {len(evaluation.y_test)} images: a public pool "
+                              f"of {size} leaves none to measure accuracy on; lower --public-size")
+        return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
+                           f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
+                           f"{len(evaluation.y_test) - size}")
+    public = load_dataset(config.public)
+    if public.input_shape != evaluation.input_shape:
+        raise DatasetError(f"public data set {config.public!r} has inputs {public.input_shape}, the teachers "
+                           f"expect {evaluation.input_shape}")
+    if size > len(public.x_train):
+        raise ConfigError(f"{config.public} has {len(public.x_train)} training images, fewer than --public-size {size}")
+    return PublicSplit(public.x_train[:size], evaluation.x_test, evaluation.y_test,
+                       f"the first {size} training images of {public.name} (unlabelled); accuracy on the "
+                       f"{len(evaluation.y_test)} test images of {evaluation.name}")
+
+
+@dataclass(frozen=True)
+class Answers:
+    """The released noisy votes: which public images were asked, the noisy winner, and whether it was kept."""
+
+    indices: Tensor  # int64 (queries,), into the public pool
+    labels: Tensor  # int64 (queries,)
+    confident: Tensor  # bool (queries,): the noisy lead reached the vote margin
+
+    def save(self, path: Path) -> None:
+        tensors = {name: tensor.contiguous() for name, tensor in
+                   (("indices", self.indices), ("labels", self.labels), ("confident", self.confident))}
+        write_atomically({path: lambda temporary: save_file(tensors, temporary)})
+
+    @classmethod
+    def load(cls, path: Path, queries: int) -> "Answers":
+        try:
+            tensors = load_file(path)
+            answers = cls(tensors["indices"], tensors["labels"], tensors["confident"])
+        except (SafetensorError, KeyError, OSError) as error:
+            raise CheckpointError(f"the released answers in {path} are damaged ({error}); they cannot be asked "
+                                  f"for again without spending the budget twice: start a new run elsewhere") from error
+        if not len(answers.indices) == len(answers.labels) == len(answers.confident) == queries:
+            raise CheckpointError(f"{path} holds {len(answers.indices)} answers, the run planned {queries}")
+        return answers
+
+
+@torch.inference_mode()
+def vote_counts(ensemble: TeacherEnsemble, images: Tensor, num_classes: int, device: torch.device,
+                batch_size: int = 512) -> Tensor:
+    """(n, classes) counts of the members' top classes, batch by batch (M x batch logits at a time)."""
+    counts = []
+    for start in range(0, len(images), batch_size):
+        member_logits = ensemble.member_logits(images[start:start + batch_size].to(device))
+        counts.append(F.one_hot(member_logits.argmax(-1), num_classes).sum(0).cpu())
+    return torch.cat(counts)
+
+
+def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
+                    num_classes: int) -> Answers:
+    """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes."""
+    ledger = plan.ledger()
+    selection = torch.Generator().manual_seed(config.seed)
+    indices = torch.randperm(len(pool), generator=selection)[:config.queries]
+    ledger.charge(len(indices))
+    votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
+    everything = torch.ones_like(votes, dtype=torch.bool)
+    noisy = noisy_votes(votes, everything, plan.sigma, torch.Generator().manual_seed(config.seed + 1))
+    leaders = noisy.topk(2, dim=1)
+    confident = leaders.values[:, 0] - leaders.values[:, 1] >= config.vote_margin * plan.sigma
+    return Answers(indices, leaders.indices[:, 0], confident)
+
+
+def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_classes: int,
+                  progress: Progress | None = None) -> tuple[torch.nn.Module, list[dict]]:
+    """Round 1 learns from the kept answers; each self-training round starts afresh from those answers plus the
+    public images the previous student labels with at least `pseudo_label_confidence` (post-processing)."""
+    images, labels = split.pool[answers.indices[answers.confident]], answers.labels[answers.confident]
+    if not len(labels):
+        raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
+    labelled = torch.zeros(len(split.pool), dtype=torch.bool)
+    labelled[answers.indices[answers.confident]] = True
+    teacher_config = TeacherConfig(arch=config.student_arch, epochs=config.epochs, batch_size=config.batch_size,
+                                   lr=config.lr, min_steps=config.min_steps, seed=config.seed, device=config.device,
+                                   augment_shift=config.augment_shift)
+    student, history = None, []
+    train_images, train_labels = images, labels
+    for round_ in range(1, config.self_training_rounds + 2):
+        if student is not None:  # self-training: add the public images the previous student is sure of
+            unlabelled = split.pool[~labelled]
+            probabilities = _probabilities(student, unlabelled, config.device)
+            sure = probabilities.max(1).values >= config.pseudo_label_confidence
+            train_images = torch.cat([images, unlabelled[sure]])
+            train_labels = torch.cat([labels, probabilities.argmax(1)[sure]])
+        dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval, num_classes,
+                               split.description)
+        student, training = train_classifier(dataset, teacher_config, evaluate_each_epoch=False)
+        history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
+                        "wall_seconds": training["wall_seconds"]})
+        if progress:
+            progress(history[-1])
+    return student, history
+
+
+@torch.inference_mode()
+def _probabilities(model: torch.nn.Module, images: Tensor, device: str, batch_size: int = 1024) -> Tensor:
+    model.eval()
+    return torch.cat([F.softmax(model(images[i:i + batch_size].to(device)), 1).cpu()
+                      for i in range(0, len(images), batch_size)])
+
+
+def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | None:
+    """How often the kept noisy answers name the true class (only when the pool's labels are known)."""
+    if true_labels is None or not answers.confident.any():
+        return None
+    kept = answers.indices[answers.confident]
+    return (answers.labels[answers.confident] == true_labels[kept]).float().mean().item()
+
+
+def pool_labels(evaluation: ImageDataset, config: PateConfig) -> Tensor | None:
+    """The true labels of the public pool, for reporting answer quality, when the pool is the evaluation set's."""
+    if config.public is None or config.public == evaluation.name:
+        return evaluation.y_test[:config.public_size]
+    return None
+
+
+def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateConfig, state_dir: Path,
+             resume: bool, progress: Progress | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Plan, release (or reload) the answers, train the student; the report's figures as a dict."""
+    started = time.perf_counter()
+    num_classes = evaluation.num_classes
+    split = public_split(evaluation, config)
+    plan = plan_privacy(config.privacy_request(len(ensemble), num_classes), num_classes, config.queries, 1)
+    answers_path = state_dir / ANSWERS_FILE
+    if resume:
+        answers = Answers.load(answers_path, config.queries)
+    else:
+        answers = release_answers(ensemble.to(config.device).eval(), split.pool, plan, config, num_classes)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        answers.save(answers_path)
+    release_seconds = time.perf_counter() - started
+    student, history = train_student(split, answers, config, num_classes, progress)
+    summary = {key: value for key, value in plan.summary(config.queries).items()
+               if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
+    privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
+               "aggregation": "noisy plurality of the members' votes over all classes (GNMax), data-independent "
+                              "accounting",
+               "unit": "one private training example (it changes one member's vote)",
+               "covered": "the student: it learns only from public images and the noisy answers (post-processing), "
+                          "provided the public images hold no private example",
+               "vote_margin": config.vote_margin,
+               "kept_answers": int(answers.confident.sum())}
+    figures = {"privacy": privacy, "public": split.description, "history": history,
+               "answer_accuracy": answer_accuracy(answers, pool_labels(evaluation, config)),
+               "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds}}
+    return student, figures

@@ -1,0 +1,132 @@
+"""PATE on public images: the split never evaluates on public images, the budget is charged once and never twice,
+the answers follow the votes, and the student learns from them."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpdistill.data import load_dataset
+from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
+from dpdistill.methods import pate as pate_module
+from dpdistill.methods.pate import ANSWERS_FILE, Answers, PateConfig, public_split, release_answers, vote_counts
+from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
+from dpdistill.pipeline import pate
+from dpdistill.privacy.budget import plan_privacy
+
+# Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
+LOUD = {"epsilon": 1e6, "sigma": 0.05}
+
+
+def test_the_pool_and_the_evaluation_images_are_disjoint_parts_of_the_test_split():
+    digits = load_dataset("digits")
+    split = public_split(digits, PateConfig(epsilon=1, queries=50, public_size=200))
+    assert torch.equal(split.pool, digits.x_test[:200])
+    assert torch.equal(split.x_eval, digits.x_test[200:]) and torch.equal(split.y_eval, digits.y_test[200:])
+    with pytest.raises(ConfigError, match="leaves none to measure accuracy"):
+        public_split(digits, PateConfig(epsilon=1, queries=50, public_size=len(digits.y_test)))
+
+
+def test_another_public_data_set_gives_its_training_images_and_must_match_the_shape(tmp_path: Path):
+    digits = load_dataset("digits")
+    rng = np.random.default_rng(0)
+    same = tmp_path / "public.npz"
+    np.savez(same, x_train=rng.integers(0, 256, (300, 8, 8), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
+             x_test=rng.integers(0, 256, (10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
+    split = public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=250))
+    assert split.pool.shape == (250, 1, 8, 8) and torch.equal(split.y_eval, digits.y_test)
+    with pytest.raises(ConfigError, match="fewer than --public-size"):
+        public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=301))
+    other = tmp_path / "wide.npz"
+    np.savez(other, x_train=np.zeros((300, 10, 10), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
+             x_test=np.zeros((10, 10, 10), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
+    with pytest.raises(DatasetError, match="teachers expect"):
+        public_split(digits, PateConfig(epsilon=1, queries=50, public=str(other), public_size=250))
+
+
+@pytest.mark.parametrize("values, error, message", [
+    ({"epsilon": None}, PrivacyParameterError, "budget"),
+    ({"epsilon": 1, "queries": 300, "public_size": 200}, ConfigError, "at least as many public images"),
+    ({"epsilon": 1, "vote_margin": -1}, ConfigError, "vote-margin"),
+    ({"epsilon": 1, "pseudo_label_confidence": 0}, ConfigError, "pseudo-label-confidence"),
+])
+def test_impossible_settings_are_refused(values, error, message):
+    with pytest.raises(error, match=message):
+        PateConfig(**values)
+
+
+def test_answers_are_charged_once_and_follow_the_noisy_plurality(digits_ensemble: Path):
+    ensemble, _ = load_teacher(digits_ensemble)
+    digits = load_dataset("digits")
+    config = PateConfig(queries=120, public_size=200, **LOUD)
+    plan = plan_privacy(config.privacy_request(len(ensemble), 10), 10, config.queries, 1)
+    answers = release_answers(ensemble, digits.x_test[:200], plan, config, 10)
+    assert len(answers.indices.unique()) == 120  # distinct public images
+    votes = vote_counts(ensemble, digits.x_test[:200][answers.indices], 10, torch.device("cpu"))
+    assert votes.sum(1).eq(len(ensemble)).all()
+    leaders = votes.max(1)
+    clear = (votes >= leaders.values[:, None] - 0.5).sum(1) == 1  # no tie: noise of std 0.05 cannot flip it
+    assert torch.equal(answers.labels[clear], leaders.indices[clear])
+
+
+def test_vote_accounting_matches_the_privacy_note_and_calibrates_to_the_budget(digits_ensemble: Path):
+    # privacy note, PATE aggregators: GNMax with sigma 40 on 1000 answered queries spends 4.98 (PLD)
+    fixed = PateConfig(epsilon=5, sigma=40, queries=1000, public_size=1000)
+    plan = plan_privacy(fixed.privacy_request(250, 10), 10, 1000, 1)
+    assert plan.summary(1000)["epsilon"] == pytest.approx(4.98, abs=0.01)
+    calibrated = PateConfig(epsilon=1, queries=100, public_size=200)
+    plan = plan_privacy(calibrated.privacy_request(4, 10), 10, 100, 1)
+    assert plan.summary(100)["epsilon"] == pytest.approx(1, rel=1e-3)
+
+
+def test_a_fixed_sigma_that_overspends_is_refused_before_anything_is_written(digits_ensemble: Path, tmp_path: Path):
+    config = PateConfig(epsilon=1, sigma=1.0, queries=100, public_size=200)
+    with pytest.raises(BudgetExceededError):
+        pate(digits_ensemble, config, tmp_path / "run")
+    assert not (tmp_path / "run" / "resume").exists() and not (tmp_path / "run" / "student.safetensors").exists()
+
+
+def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Path):
+    config = PateConfig(queries=200, public_size=250, min_steps=300, self_training_rounds=1, **LOUD)
+    report = pate(digits_ensemble, config, tmp_path)
+    assert report["accuracy"]["answers"] > 0.8
+    assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert report["privacy"]["queries"] == 200 and report["privacy"]["teachers"] == 4
+    assert [record["round"] for record in report["history"]] == [1, 2]
+    assert (tmp_path / ANSWERS_FILE).exists() and not (tmp_path / "resume").exists()
+    assert "PATE on public images" in (tmp_path / "report.md").read_text()
+
+
+def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits_ensemble: Path, tmp_path: Path,
+                                                                           monkeypatch):
+    config = PateConfig(queries=100, public_size=200, min_steps=50, self_training_rounds=0, **LOUD)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pate_module, "train_student", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pate(digits_ensemble, config, tmp_path)
+    released = Answers.load(tmp_path / "resume" / ANSWERS_FILE, 100)
+    with pytest.raises(ConfigError, match="unfinished run"):
+        pate(digits_ensemble, config, tmp_path)
+    monkeypatch.undo()
+
+    def asked_again(self, images):
+        raise AssertionError("the ensemble was asked again: the budget would be spent twice")
+
+    monkeypatch.setattr(TeacherEnsemble, "member_logits", asked_again)
+    report = pate(digits_ensemble, None, tmp_path, resume=True)
+    kept = Answers.load(tmp_path / ANSWERS_FILE, 100)
+    assert torch.equal(kept.labels, released.labels) and torch.equal(kept.indices, released.indices)
+    assert report["resumed"] and report["privacy"]["queries"] == 100
+    assert json.loads((tmp_path / "config.json").read_text())["pate"]["queries"] == 100
+
+
+def test_damaged_answers_are_a_clear_error(tmp_path: Path):
+    (tmp_path / ANSWERS_FILE).write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="damaged") as caught:
+        Answers.load(tmp_path / ANSWERS_FILE, 10)
+    assert "spending the budget twice" in str(caught.value)
