@@ -346,7 +346,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
     save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),
                name="student")
     shutil.copyfile(state / ANSWERS_FILE, out_dir / ANSWERS_FILE)  # the noisy answers are a release: keep them
-    history = figures.pop("history")
+    history, answer_accuracy = figures.pop("history"), figures.pop("answer_accuracy")
     report = {
         "method": "pate",
         "dataset": dataset_name,
@@ -354,7 +354,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
         **figures,
         "accuracy": {"student": history[-1]["test_accuracy"],
                      "teacher": _teacher_accuracy(ensemble, meta, evaluation, dataset_name, config.device),
-                     "answers": figures.pop("answer_accuracy")},
+                     "answers": answer_accuracy},
         "config": config.to_dict(),
         "seed": config.seed,
         "history": history,

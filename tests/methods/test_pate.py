@@ -25,6 +25,7 @@ def test_the_pool_and_the_evaluation_images_are_disjoint_parts_of_the_test_split
     split = public_split(digits, PateConfig(epsilon=1, queries=50, public_size=200))
     assert torch.equal(split.pool, digits.x_test[:200])
     assert torch.equal(split.x_eval, digits.x_test[200:]) and torch.equal(split.y_eval, digits.y_test[200:])
+    assert torch.equal(split.pool_labels, digits.y_test[:200])  # only to report answer quality
     with pytest.raises(ConfigError, match="leaves none to measure accuracy"):
         public_split(digits, PateConfig(epsilon=1, queries=50, public_size=len(digits.y_test)))
 
@@ -37,6 +38,7 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
              x_test=rng.integers(0, 256, (10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
     split = public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=250))
     assert split.pool.shape == (250, 1, 8, 8) and torch.equal(split.y_eval, digits.y_test)
+    assert split.pool_labels is None
     with pytest.raises(ConfigError, match="fewer than --public-size"):
         public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=301))
     other = tmp_path / "wide.npz"

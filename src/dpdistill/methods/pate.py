@@ -104,6 +104,7 @@ class PublicSplit:
     x_eval: Tensor
     y_eval: Tensor
     description: str
+    pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
 
 
 def public_split(evaluation: ImageDataset, config: PateConfig) -> PublicSplit:
@@ -119,7 +120,7 @@ def public_split(evaluation: ImageDataset, config: PateConfig) -> PublicSplit:
                               f"of {size} leaves none to measure accuracy on; lower --public-size")
         return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
                            f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
-                           f"{len(evaluation.y_test) - size}")
+                           f"{len(evaluation.y_test) - size}", evaluation.y_test[:size])
     public = load_dataset(config.public)
     if public.input_shape != evaluation.input_shape:
         raise DatasetError(f"public data set {config.public!r} has inputs {public.input_shape}, the teachers "
@@ -229,13 +230,6 @@ def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | Non
     return (answers.labels[answers.confident] == true_labels[kept]).float().mean().item()
 
 
-def pool_labels(evaluation: ImageDataset, config: PateConfig) -> Tensor | None:
-    """The true labels of the public pool, for reporting answer quality, when the pool is the evaluation set's."""
-    if config.public is None or config.public == evaluation.name:
-        return evaluation.y_test[:config.public_size]
-    return None
-
-
 def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateConfig, state_dir: Path,
              resume: bool, progress: Progress | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Plan, release (or reload) the answers, train the student; the report's figures as a dict."""
@@ -263,6 +257,6 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
                "vote_margin": config.vote_margin,
                "kept_answers": int(answers.confident.sum())}
     figures = {"privacy": privacy, "public": split.description, "history": history,
-               "answer_accuracy": answer_accuracy(answers, pool_labels(evaluation, config)),
+               "answer_accuracy": answer_accuracy(answers, split.pool_labels),
                "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds}}
     return student, figures
