@@ -321,16 +321,27 @@ def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: 
         return _pate(teacher_dir, config, out_dir, resume, progress)
 
 
+def interrupted_pate(out_dir: Path) -> "tuple[Path, PateConfig] | None":
+    """The teacher and settings of the unfinished PATE run in `out_dir` (its answers released), if any."""
+    from dpdistill.methods.pate import ANSWERS_FILE, PateConfig
+
+    config_path = out_dir / "config.json"
+    if not ((out_dir / "resume" / ANSWERS_FILE).exists() and config_path.exists()):
+        return None
+    saved = json.loads(config_path.read_text())
+    return Path(saved["teacher"]), PateConfig.from_dict(saved["pate"])
+
+
 def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool,
           progress: Progress | None) -> dict[str, Any]:
-    from dpdistill.methods.pate import ANSWERS_FILE, PateConfig, run_pate
+    from dpdistill.methods.pate import ANSWERS_FILE, run_pate
     from dpdistill.reporting.report import pate_markdown, write_report
 
     config_path, state = out_dir / "config.json", out_dir / "resume"
-    _check_resume(out_dir, resume, (state / ANSWERS_FILE).exists() and config_path.exists(), "PATE run")
+    saved = interrupted_pate(out_dir)
+    _check_resume(out_dir, resume, saved is not None, "PATE run")
     if resume:
-        saved = json.loads(config_path.read_text())
-        teacher_dir, config = Path(saved["teacher"]), PateConfig.from_dict(saved["pate"])
+        teacher_dir, config = saved
     ensemble, meta = load_teacher(teacher_dir)
     if not isinstance(ensemble, TeacherEnsemble):
         raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "

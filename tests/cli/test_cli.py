@@ -167,6 +167,7 @@ def test_train_private_error_paths(tmp_path: Path, extra, message):
     ("ensemble", ("--epsilon", "1", "--queries", "300"), "public images"),
     ("ensemble", (), "budget"),
     ("ensemble", ("--resume",), "nothing to resume"),
+    ("ensemble", ("--epsilon", "1", "--query-selection", "best"), "unknown query selection 'best'"),
 ])
 def test_pate_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path, teacher, extra, message):
     directory = digits_teacher if teacher == "single" else digits_ensemble

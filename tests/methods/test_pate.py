@@ -11,9 +11,10 @@ import torch
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
 from dpdistill.methods import pate as pate_module
-from dpdistill.methods.pate import ANSWERS_FILE, Answers, PateConfig, public_split, release_answers, vote_counts
+from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, choose_queries, kmeans_representatives,
+                                    public_split, release_answers, vote_counts)
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
-from dpdistill.pipeline import pate
+from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
 
 # Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
@@ -53,10 +54,29 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
     ({"epsilon": 1, "queries": 300, "public_size": 200}, ConfigError, "at least as many public images"),
     ({"epsilon": 1, "vote_margin": -1}, ConfigError, "vote-margin"),
     ({"epsilon": 1, "pseudo_label_confidence": 0}, ConfigError, "pseudo-label-confidence"),
+    ({"epsilon": 1, "query_selection": "best"}, ConfigError, "unknown query selection 'best'"),
 ])
 def test_impossible_settings_are_refused(values, error, message):
     with pytest.raises(error, match=message):
         PateConfig(**values)
+
+
+def test_kmeans_picks_one_typical_point_per_cluster():
+    generator = torch.Generator().manual_seed(0)
+    blobs = torch.tensor([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    points = (blobs.repeat_interleave(30, 0) + 0.5 * torch.randn(90, 2, generator=generator))
+    points[0] = points[1:30].mean(0)  # the first blob's centre: its typical point, the one to be chosen there
+    chosen = kmeans_representatives(points, 3, torch.Generator().manual_seed(1))
+    assert sorted((chosen // 30).tolist()) == [0, 1, 2] and 0 in chosen.tolist()
+    assert sorted(kmeans_representatives(points, 90, generator).tolist()) == list(range(90))  # every point once
+
+
+def test_both_query_selections_give_distinct_pool_images():
+    pool = load_dataset("digits").x_test[:200]
+    for selection in ("random", "kmeans"):
+        indices = choose_queries(pool, PateConfig(epsilon=1, queries=120, public_size=200,
+                                                  query_selection=selection))
+        assert len(indices.unique()) == 120 and 0 <= indices.min() and indices.max() < 200
 
 
 def test_answers_are_charged_once_and_follow_the_noisy_plurality(digits_ensemble: Path):
@@ -112,6 +132,7 @@ def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits
     with pytest.raises(KeyboardInterrupt):
         pate(digits_ensemble, config, tmp_path)
     released = Answers.load(tmp_path / "resume" / ANSWERS_FILE, 100)
+    assert interrupted_pate(tmp_path) == (digits_ensemble, config)  # what a resume runs (and its progress shows)
     with pytest.raises(ConfigError, match="unfinished run"):
         pate(digits_ensemble, config, tmp_path)
     monkeypatch.undo()
@@ -121,6 +142,7 @@ def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits
 
     monkeypatch.setattr(TeacherEnsemble, "member_logits", asked_again)
     report = pate(digits_ensemble, None, tmp_path, resume=True)
+    assert interrupted_pate(tmp_path) is None
     kept = Answers.load(tmp_path / ANSWERS_FILE, 100)
     assert torch.equal(kept.labels, released.labels) and torch.equal(kept.indices, released.indices)
     assert report["resumed"] and report["privacy"]["queries"] == 100

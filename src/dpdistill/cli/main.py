@@ -107,6 +107,8 @@ def train_teacher_command(
                                                                "~ Dirichlet(alpha) (default: IID)"),
     min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
                                                    "partitions get more epochs)"),
+    augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "
+                                                     "(0: off; small partitions gain about a point)"),
     seed: int = SEED,
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
@@ -116,8 +118,8 @@ def train_teacher_command(
     from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
     from dpdistill.training.teacher import TeacherConfig
 
-    config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps, seed=seed,
-                           device=device)
+    config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps,
+                           augment_shift=augment_shift, seed=seed, device=device)
     if partitions == 1 and dirichlet_alpha is not None:
         raise typer.BadParameter("--dirichlet-alpha splits an ensemble's data: use it with --partitions > 1")
     if partitions > 1 or resume:
@@ -317,6 +319,8 @@ def pate_command(
                                                     "set's test split, whose first --public-size images are then "
                                                     "public and the rest measure accuracy)"),
     public_size: int = typer.Option(5000, help="public images the student may see, labelled or not"),
+    query_selection: str = typer.Option("random", help="which public images are asked: random, or kmeans (the "
+                                                       "typical image of each of --queries k-means clusters)"),
     vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
     self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
                                                      "labels confidently itself"),
@@ -335,16 +339,18 @@ def pate_command(
 ) -> None:
     """PATE baseline: a teacher ensemble labels public images through noisy votes; a student learns from them."""
     from dpdistill.methods.pate import PateConfig
-    from dpdistill.pipeline import pate
+    from dpdistill.pipeline import interrupted_pate, pate
 
-    config = None if resume else PateConfig(
+    saved = interrupted_pate(out) if resume else None
+    config = saved[1] if saved else None if resume else PateConfig(
         epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
-        public_size=public_size, vote_margin=vote_margin, self_training_rounds=self_training_rounds,
-        pseudo_label_confidence=pseudo_label_confidence, student_arch=student_arch, epochs=epochs,
-        min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed, device=device)
-    bar, update = _progress_bar(1 + self_training_rounds, "pate student rounds")  # a resume: the saved number
+        public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
+        self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
+        student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed, device=device)
+    rounds = config.self_training_rounds if config else self_training_rounds  # nothing to resume: pate says so
+    bar, update = _progress_bar(1 + rounds, "pate student rounds")
     with bar:
-        report = pate(teacher, config, out, resume, update)
+        report = pate(teacher, None if resume else config, out, resume, update)
     privacy, accuracy = report["privacy"], report["accuracy"]
     table = Table(title=f"pate / {report['dataset']}")
     table.add_column("quantity")

@@ -38,6 +38,7 @@ from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 Progress = Callable[[dict], None]
 ANSWERS_FILE = "answers.safetensors"
+QUERY_SELECTIONS = ("random", "kmeans")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class PateConfig:
     sigma: float | None = None  # std of the Gaussian noise on each vote count; None: calibrated to the budget
     public: str | None = None  # data set of the public images; None: the teacher's own test split (see PublicSplit)
     public_size: int = 5000  # how many public images the student may see (labelled or not)
+    query_selection: str = "random"  # which public images are asked: "random", or "kmeans" (the images nearest
+    # the centres of `queries` k-means clusters of the pool: typical images, spread over the pool; public, so free)
     vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
     self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
     pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
@@ -75,6 +78,9 @@ class PateConfig:
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if self.query_selection not in QUERY_SELECTIONS:
+            raise ConfigError(f"unknown query selection {self.query_selection!r}; choose one of "
+                              f"{', '.join(QUERY_SELECTIONS)}")
         if not 0 < self.pseudo_label_confidence <= 1:
             raise ConfigError(f"pseudo-label-confidence must be in (0, 1], got {self.pseudo_label_confidence}")
         if not self.lr > 0:
@@ -169,12 +175,52 @@ def vote_counts(ensemble: TeacherEnsemble, images: Tensor, num_classes: int, dev
     return torch.cat(counts)
 
 
+def choose_queries(pool: Tensor, config: PateConfig) -> Tensor:
+    """Indices of the `config.queries` public images to ask about, chosen from public images alone."""
+    generator = torch.Generator().manual_seed(config.seed)
+    if config.query_selection == "random":
+        return torch.randperm(len(pool), generator=generator)[:config.queries]
+    return kmeans_representatives(pool.flatten(1).float(), config.queries, generator)
+
+
+def kmeans_representatives(points: Tensor, clusters: int, generator: torch.Generator, iterations: int = 20) -> Tensor:
+    """Indices of `clusters` distinct points, each the one nearest the centre of its k-means cluster (Lloyd's
+    algorithm from k-means++ seeds): few labels go further on typical images that cover the pool, and the
+    ensemble agrees more on typical images, so its votes outrun the noise more often."""
+    centres = _kmeans_plus_plus(points, clusters, generator)
+    for _ in range(iterations):
+        assignment = torch.cdist(points, centres).argmin(1)
+        sums = torch.zeros_like(centres).index_add_(0, assignment, points)
+        sizes = torch.bincount(assignment, minlength=clusters).unsqueeze(1)
+        centres = torch.where(sizes > 0, sums / sizes.clamp(min=1), centres)  # an empty cluster keeps its centre
+    distances = torch.cdist(points, centres)
+    assignment = distances.argmin(1)
+    chosen = torch.zeros(len(points), dtype=torch.bool)
+    for cluster in assignment.unique():  # the member nearest its own centre: distinct, since clusters are disjoint
+        members = (assignment == cluster).nonzero().squeeze(1)
+        chosen[members[distances[members, cluster].argmin()]] = True
+    spare = (~chosen).nonzero().squeeze(1)  # an empty cluster's place goes to a random remaining point
+    fill = spare[torch.randperm(len(spare), generator=generator)[:clusters - int(chosen.sum())]]
+    return torch.cat([chosen.nonzero().squeeze(1), fill])
+
+
+def _kmeans_plus_plus(points: Tensor, clusters: int, generator: torch.Generator) -> Tensor:
+    """Seeds far apart: each next one drawn with probability proportional to its squared distance to the nearest
+    seed so far (Arthur and Vassilvitskii 2007)."""
+    seeds = [int(torch.randint(len(points), (1,), generator=generator))]
+    nearest = torch.cdist(points, points[seeds]).squeeze(1).square()
+    for _ in range(clusters - 1):
+        weights = nearest if nearest.sum() > 0 else torch.ones_like(nearest)  # all covered: any point will do
+        seeds.append(int(torch.multinomial(weights, 1, generator=generator)))
+        nearest = torch.minimum(nearest, (points - points[seeds[-1]]).square().sum(1))
+    return points[seeds].clone()
+
+
 def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
                     num_classes: int) -> Answers:
     """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes."""
     ledger = plan.ledger()
-    selection = torch.Generator().manual_seed(config.seed)
-    indices = torch.randperm(len(pool), generator=selection)[:config.queries]
+    indices = choose_queries(pool, config)
     ledger.charge(len(indices))
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
     everything = torch.ones_like(votes, dtype=torch.bool)
