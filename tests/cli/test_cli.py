@@ -162,6 +162,23 @@ def test_train_private_error_paths(tmp_path: Path, extra, message):
     assert not (tmp_path / "out" / "report.json").exists()
 
 
+def test_pate_resumes_with_its_saved_settings(digits_ensemble: Path, tmp_path: Path, monkeypatch):
+    from dpdistill.methods import pate as pate_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pate_module, "train_student", interrupted)
+    first = invoke("pate", "--teacher", digits_ensemble, "--out", tmp_path / "run", "--epsilon", "1000",
+                   "--queries", "50", "--public-size", "200", "--min-steps", "20", "--self-training-rounds", "0")
+    assert first.exit_code != 0 and (tmp_path / "run" / "resume").exists()
+    monkeypatch.undo()
+    resumed = invoke("pate", "--teacher", digits_ensemble, "--out", tmp_path / "run", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "pate student rounds 1/1" in resumed.output  # the saved single round, not the option's default of 2
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["privacy"]["queries"] == 50
+
+
 @pytest.mark.parametrize("teacher, extra, message", [
     ("single", ("--epsilon", "1"), "needs an ensemble"),
     ("ensemble", ("--epsilon", "1", "--queries", "300"), "public images"),

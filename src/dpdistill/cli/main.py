@@ -341,13 +341,17 @@ def pate_command(
     from dpdistill.methods.pate import PateConfig
     from dpdistill.pipeline import interrupted_pate, pate
 
-    saved = interrupted_pate(out) if resume else None
-    config = saved[1] if saved else None if resume else PateConfig(
-        epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
-        public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
-        self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
-        student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed, device=device)
-    rounds = config.self_training_rounds if config else self_training_rounds  # nothing to resume: pate says so
+    if resume:  # the saved settings; with nothing to resume, pate says so
+        saved = interrupted_pate(out)
+        config = saved[1] if saved else None
+    else:
+        config = PateConfig(
+            epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
+            public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
+            self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
+            student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift,
+            batch_size=batch_size, lr=lr, seed=seed, device=device)
+    rounds = config.self_training_rounds if config else self_training_rounds
     bar, update = _progress_bar(1 + rounds, "pate student rounds")
     with bar:
         report = pate(teacher, None if resume else config, out, resume, update)

@@ -196,7 +196,7 @@ def kmeans_representatives(points: Tensor, clusters: int, generator: torch.Gener
     distances = torch.cdist(points, centres)
     assignment = distances.argmin(1)
     chosen = torch.zeros(len(points), dtype=torch.bool)
-    for cluster in assignment.unique():  # the member nearest its own centre: distinct, since clusters are disjoint
+    for cluster in assignment.unique():  # the point nearest its own centre: distinct, since clusters are disjoint
         members = (assignment == cluster).nonzero().squeeze(1)
         chosen[members[distances[members, cluster].argmin()]] = True
     spare = (~chosen).nonzero().squeeze(1)  # an empty cluster's place goes to a random remaining point
