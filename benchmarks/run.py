@@ -73,8 +73,17 @@ ENSEMBLE_SIZES = (10, 50, 250)  # M = 1 is the single teacher
 SHIFTED_ENSEMBLE = ("100", ("--augment-shift", "2"))
 PATE_QUERIES = (("1", 200), ("10", 2000))  # (sound epsilon, answers)
 PATE_QUICK = ("--queries", "50", "--public-size", "200", "--min-steps", "10", "--epochs", "1", "--self-training-rounds", "0")
-# DP-SGD on the cnn student: 1,024 examples a step (less noise per averaged gradient) and a larger step.
-DPSGD_CNN = ("--student-arch", "cnn", "--batch-size", "1024", "--lr", "3e-3", "--epochs", "3")
+# Training on the private data: (row name, method, settings, group). 3 epochs: per-example gradients cost minutes
+# an epoch here. DP-SGD's noise grows with the parameter count: the datalens student's 800k-weight dense layer
+# drowns the clipped gradients, the 62k-weight cnn (the teacher's architecture, GroupNorm for Opacus) does not;
+# it gets 1,024 examples a step (less noise per averaged gradient) and a larger step.
+PRIVATE_TRAINING = (
+    ("dpsgd", "dpsgd", ("--epochs", "3"), "reference"),
+    ("dpdfd-direct", "dpdfd-direct", ("--epochs", "3"), "reference"),
+    ("dpsgd-cnn", "dpsgd", ("--student-arch", "cnn", "--batch-size", "1024", "--lr", "3e-3", "--epochs", "3"),
+     "reference, cnn student"),
+)
+PATE_GROUP = "PATE on public images (accuracy on the other half of the test split)"
 TEACHER_COMMANDS = ("transcribe", "pate")  # commands that read a teacher row's output instead of a data set
 
 
@@ -146,15 +155,10 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
         runs.append(Run(f"srr-eps{epsilon}-{dataset}", "SRR at a sound epsilon (NO guarantee)", dataset,
                         ("--method", "srr", "--privacy", "label", "--preset", "paper", "--epsilon", epsilon),
                         quick_args=(*QUICK, "--set", "generator_pretrain_steps=6")))
-        for method in ("dpsgd", "dpdfd-direct"):  # 3 epochs: per-example gradients cost ~8 min an epoch here
-            runs.append(Run(f"{method}-eps{epsilon}-{dataset}", "private training on the data (reference)", dataset,
-                            ("--method", method, "--epsilon", epsilon, "--epochs", "3"), command="train-private",
+        for name, method, settings, group in PRIVATE_TRAINING:
+            runs.append(Run(f"{name}-eps{epsilon}-{dataset}", f"private training on the data ({group})", dataset,
+                            ("--method", method, "--epsilon", epsilon, *settings), command="train-private",
                             quick_args=("--epochs", "1")))
-        # DP-SGD's noise grows with the parameter count: the datalens student's 800k-weight dense layer drowns the
-        # clipped gradients, the 62k-weight cnn (the teacher's architecture, GroupNorm for Opacus) does not.
-        runs.append(Run(f"dpsgd-cnn-eps{epsilon}-{dataset}", "private training on the data (reference, cnn "
-                        "student)", dataset, ("--method", "dpsgd", "--epsilon", epsilon, *DPSGD_CNN),
-                        command="train-private", quick_args=("--epochs", "1")))
     for members in ENSEMBLE_SIZES:
         runs.append(Run(f"teachers-{members}-{dataset}", "teacher ensemble (mean probability)", dataset,
                         ("--partitions", str(members), "--epochs", "5"), command="train-teacher",
@@ -191,28 +195,32 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     for members in ENSEMBLE_SIZES:
         for epsilon, queries in PATE_QUERIES:
             counts = (queries // 2, queries, queries * 2) if members == ENSEMBLE_SIZES[-1] else (queries,)
-            runs += [Run(f"pate-{members}-eps{epsilon}-q{count}-{dataset}", "PATE on public images (accuracy on the "
-                         "other half of the test split)", dataset, ("--epsilon", epsilon, "--queries", str(count)),
-                         headline_seeds if members == ENSEMBLE_SIZES[-1] and count == queries else 1,
-                         command="pate", quick_args=PATE_QUICK, teacher=f"teachers-{members}-{dataset}")
-                     for count in counts]
+            runs += [pate_row(f"pate-{members}-eps{epsilon}-q{count}-{dataset}", PATE_GROUP, dataset, epsilon, count,
+                              headline_seeds if members == ENSEMBLE_SIZES[-1] and count == queries else 1,
+                              f"teachers-{members}-{dataset}") for count in counts]
     members, shift = SHIFTED_ENSEMBLE
     teacher = f"teachers-{members}-shift-{dataset}"
     runs.append(Run(teacher, "teacher ensemble (mean probability), members trained on shifted images", dataset,
                     ("--partitions", members, "--epochs", "5", *shift), command="train-teacher",
                     quick_args=("--epochs", "1", "--min-steps", "10")))
-    runs += [Run(f"pate-{members}-shift-eps{epsilon}-q{count}-{dataset}", "PATE on public images (accuracy on the "
-                 "other half of the test split)", dataset, ("--epsilon", epsilon, "--queries", str(count)),
-                 headline_seeds if count == queries else 1, command="pate", quick_args=PATE_QUICK, teacher=teacher)
+    runs += [pate_row(f"pate-{members}-shift-eps{epsilon}-q{count}-{dataset}", PATE_GROUP, dataset, epsilon, count,
+                      headline_seeds if count == queries else 1, teacher)
              for epsilon, queries in PATE_QUERIES for count in (queries // 2, queries)]
-    # The best ensemble at each epsilon with the cnn student (the teachers' architecture) instead of datalens.
+    # The best ensemble at each epsilon (M = 250 at 1, M = 100 shifted at 10) with the cnn student (the
+    # teachers' architecture) instead of datalens.
     largest = ENSEMBLE_SIZES[-1]
-    for (epsilon, queries), (ensemble, source) in zip(PATE_QUERIES, ((f"{largest}", f"teachers-{largest}-{dataset}"),
-                                                                   (f"{members}-shift", teacher))):
-        runs.append(Run(f"pate-{ensemble}-cnn-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
-                        "student", dataset, ("--epsilon", epsilon, "--queries", str(queries), "--student-arch", "cnn"),
-                        headline_seeds, command="pate", quick_args=PATE_QUICK, teacher=source))
+    best = {"1": (f"pate-{largest}", f"teachers-{largest}-{dataset}"), "10": (f"pate-{members}-shift", teacher)}
+    runs += [pate_row(f"{best[epsilon][0]}-cnn-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
+                      "student", dataset, epsilon, queries, headline_seeds, best[epsilon][1], "--student-arch", "cnn")
+             for epsilon, queries in PATE_QUERIES]
     return runs
+
+
+def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,
+             *extra: str) -> Run:
+    """A `dpdistill pate` row: `queries` answers of the ensemble `teacher` at sound `epsilon`."""
+    return Run(name, group, dataset, ("--epsilon", epsilon, "--queries", str(queries), *extra), seeds,
+               command="pate", quick_args=PATE_QUICK, teacher=teacher)
 
 
 # DPDFD's Fig. 2 (norm bound C, normalization vs clipping, paper accounting at eps 0.6) and Tab. 5 (noise scale
