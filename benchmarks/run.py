@@ -72,7 +72,8 @@ ENSEMBLE_SIZES = (10, 50, 250)  # M = 1 is the single teacher
 # and still numerous enough to outvote the noise.
 SHIFTED_ENSEMBLE = ("100", ("--augment-shift", "2"))
 PATE_QUERIES = (("1", 200), ("10", 2000))  # (sound epsilon, answers)
-PATE_QUICK = ("--queries", "50", "--public-size", "200", "--min-steps", "10", "--epochs", "1", "--self-training-rounds", "0")
+PATE_QUICK = ("--queries", "50", "--public-size", "200", "--min-steps", "10", "--epochs", "1", "--self-training-rounds", "0",
+              "--consistency-steps", "10")
 # Training on the private data: (row name, method, settings, group). 3 epochs: per-example gradients cost minutes
 # an epoch here. DP-SGD's noise grows with the parameter count: the datalens student's 800k-weight dense layer
 # drowns the clipped gradients, the 62k-weight cnn (the teacher's architecture, GroupNorm for Opacus) does not;
@@ -212,6 +213,12 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     best = {"1": (f"pate-{largest}", f"teachers-{largest}-{dataset}"), "10": (f"pate-{members}-shift", teacher)}
     runs += [pate_row(f"{best[epsilon][0]}-cnn-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
                       "student", dataset, epsilon, queries, headline_seeds, best[epsilon][1], "--student-arch", "cnn")
+             for epsilon, queries in PATE_QUERIES]
+    # The same answers, the cnn student trained by consistency (FixMatch) on them and the unlabelled public pool.
+    runs += [pate_row(f"{best[epsilon][0]}-fixmatch-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
+                      "student, consistency training", dataset, epsilon, queries, headline_seeds, best[epsilon][1],
+                      "--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
+                      "--self-training-rounds", "0")
              for epsilon, queries in PATE_QUERIES]
     return runs
 

@@ -61,6 +61,9 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert names("pate-50-eps1-*") == ["teachers-50-fmnist", "pate-50-eps1-q200-fmnist"]
     assert names("pate-*-cnn-*") == ["teachers-250-fmnist", "teachers-100-shift-fmnist",
                                      "pate-250-cnn-eps1-q200-fmnist", "pate-100-shift-cnn-eps10-q2000-fmnist"]
+    assert names("pate-*-fixmatch-*") == ["teachers-250-fmnist", "teachers-100-shift-fmnist",
+                                          "pate-250-fixmatch-eps1-q200-fmnist",
+                                          "pate-100-shift-fixmatch-eps10-q2000-fmnist"]
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):

@@ -185,6 +185,9 @@ def test_pate_resumes_with_its_saved_settings(digits_ensemble: Path, tmp_path: P
     ("ensemble", (), "budget"),
     ("ensemble", ("--resume",), "nothing to resume"),
     ("ensemble", ("--epsilon", "1", "--query-selection", "best"), "unknown query selection 'best'"),
+    ("ensemble", ("--epsilon", "1", "--student-training", "mixup"), "unknown student training 'mixup'"),
+    ("ensemble", ("--epsilon", "1", "--student-training", "consistency", "--unlabelled-ratio", "0"),
+     "unlabelled-ratio must be at least 1"),
 ])
 def test_pate_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path, teacher, extra, message):
     directory = digits_teacher if teacher == "single" else digits_ensemble

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dpdistill.data.augment import BACKGROUND, shift_and_flip
+from dpdistill.data.augment import BACKGROUND, shift_and_flip, strong_augment
 
 
 def _dots(count: int, size: int = 9) -> torch.Tensor:
@@ -37,3 +37,22 @@ def test_flips_mirror_about_half_of_the_images_and_zero_shift_changes_nothing():
 def test_a_negative_shift_is_refused():
     with pytest.raises(ValueError):
         shift_and_flip(_dots(1), -1, False)
+
+
+def test_the_strong_view_erases_one_square_and_keeps_the_range():
+    torch.manual_seed(0)
+    bright = torch.ones(2000, 1, 28, 28)
+    erased = (strong_augment(bright, max_shift=0, contrast=0, brightness=0) == BACKGROUND).flatten(1).sum(1)
+    assert erased.max() == 11 * 11 and erased.min() >= 6 * 6  # an 11-pixel square, clipped at the borders
+    whole = (erased == 121).float().mean()  # centres 5 to 22 of 28 on both axes keep it whole
+    assert abs(whole - (18 / 28) ** 2) < 0.04
+    views = strong_augment(torch.randn(500, 1, 28, 28).clamp(-1, 1))
+    assert views.shape == (500, 1, 28, 28) and views.min() >= -1 and views.max() <= 1
+
+
+def test_the_strong_view_moves_brightness_uniformly_within_its_bound():
+    torch.manual_seed(0)
+    grey = strong_augment(torch.zeros(4000, 1, 8, 8), max_shift=0, erase=0, contrast=0, brightness=0.2)
+    offsets = grey[:, 0, 0, 0]
+    assert torch.all(grey == offsets[:, None, None, None])  # one offset per image
+    assert offsets.abs().max() <= 0.2 and abs(offsets.std() - 0.2 / 3 ** 0.5) < 0.01  # uniform on [-0.2, 0.2]

@@ -55,6 +55,8 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
     ({"epsilon": 1, "vote_margin": -1}, ConfigError, "vote-margin"),
     ({"epsilon": 1, "pseudo_label_confidence": 0}, ConfigError, "pseudo-label-confidence"),
     ({"epsilon": 1, "query_selection": "best"}, ConfigError, "unknown query selection 'best'"),
+    ({"epsilon": 1, "student_training": "mixup"}, ConfigError, "unknown student training 'mixup'"),
+    ({"epsilon": 1, "student_training": "consistency", "consistency_threshold": 0}, ConfigError, "threshold"),
 ])
 def test_impossible_settings_are_refused(values, error, message):
     with pytest.raises(error, match=message):
@@ -119,6 +121,15 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
     assert [record["round"] for record in report["history"]] == [1, 2]
     assert (tmp_path / ANSWERS_FILE).exists() and not (tmp_path / "resume").exists()
     assert "PATE on public images" in (tmp_path / "report.md").read_text()
+
+
+def test_a_consistency_student_learns_from_the_answers_and_the_unlabelled_pool(digits_ensemble: Path, tmp_path: Path):
+    config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
+                        student_training="consistency", consistency_steps=300, **LOUD)
+    report = pate(digits_ensemble, config, tmp_path)
+    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
+    assert [record["round"] for record in report["history"]] == [1]
+    assert "consistency training (FixMatch)" in (tmp_path / "report.md").read_text()
 
 
 def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits_ensemble: Path, tmp_path: Path,

@@ -72,9 +72,10 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
-                                                                       "pretrain_step"))
+                                                                       "pretrain_step", "step", "confident_share"))
         bar.update(task, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
-        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy", "pretrain_step")):
+        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
+                                                                     "pretrain_step", "confident_share")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
@@ -262,7 +263,7 @@ def train_private_command(
     beta: float = typer.Option(1e-3, help="dpdfd-direct: norm C of each output gradient"),
     target_step: float = typer.Option(0.1, help="dpdfd-direct: gamma, step of the noisy gradient on the logits"),
     student_arch: str = typer.Option("datalens", help="the student transcription uses, or module:callable"),
-    epochs: int = typer.Option(10, min=1),
+    epochs: int = typer.Option(3, min=1, help="the defaults are the benchmarks' dpsgd-eps* rows"),
     batch_size: int = typer.Option(256, min=1, help="expected batch size (Poisson sampling)"),
     lr: float = ADAM_LR,
     seed: int = SEED,
@@ -325,6 +326,14 @@ def pate_command(
     self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
                                                      "labels confidently itself"),
     pseudo_label_confidence: float = typer.Option(0.9, help="the student's probability needed to keep its label"),
+    student_training: str = typer.Option("supervised", help="each round: supervised (the labels alone), or "
+                                                            "consistency (FixMatch: also the unlabelled public "
+                                                            "images; slower, better from few answers)"),
+    consistency_steps: int = typer.Option(3000, help="steps of a consistency round, --batch-size labelled images "
+                                                     "each"),
+    consistency_threshold: float = typer.Option(0.95, help="the student's probability on an easy view needed to "
+                                                           "train on the hard view of an unlabelled image"),
+    unlabelled_ratio: int = typer.Option(3, help="unlabelled images per labelled one in a consistency step"),
     student_arch: str = typer.Option("datalens", help="the student's architecture, or module:callable"),
     epochs: int = typer.Option(10),
     min_steps: int = typer.Option(1500, help="at least this many optimizer steps per round"),
@@ -349,7 +358,8 @@ def pate_command(
             epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
             public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
-            student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift,
+            student_training=student_training, consistency_steps=consistency_steps,
+            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift,
             batch_size=batch_size, lr=lr, seed=seed, device=device)
     rounds = config.self_training_rounds if config else self_training_rounds
     bar, update = _progress_bar(1 + rounds, "pate student rounds")

@@ -5,9 +5,9 @@ generator, the student's inputs are public images that no member was trained on,
 split (the other half then measures accuracy) or another data set of the same shape. Each of `queries` images
 gets the noisy plurality of the members' votes over all classes; one private example changes one member's vote,
 so each answer is a Gaussian mechanism of L2 sensitivity sqrt(2), composed over the answers by dp-accounting.
-The student learns from the answered images, then (self-training) from the public images it labels confidently
-itself. Everything it learns from is public or a noisy release, so the student is covered by the guarantee,
-provided the public images hold no private example.
+The student learns from the answered images (supervised, or with consistency training on the whole public pool),
+then (self-training) from the public images it labels confidently itself. Everything it learns from is public or
+a noisy release, so the student is covered by the guarantee, provided the public images hold no private example.
 
 The released answers are saved before the student is trained: an interrupted run resumes from them and never
 asks the ensemble again, so a resume cannot spend the budget twice.
@@ -34,11 +34,13 @@ from dpdistill.errors import CheckpointError, ConfigError, DatasetError, Privacy
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
+from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 Progress = Callable[[dict], None]
 ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
+STUDENT_TRAININGS = ("supervised", "consistency")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class PateConfig:
     vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
     self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
     pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
+    student_training: str = "supervised"  # each round: "supervised" on its labels, or "consistency" (FixMatch:
+    # also the unlabelled public pool, through agreement between easy and hard views; free, see semi_supervised)
+    consistency_steps: int = 3000  # optimizer steps of a consistency round (batch_size labelled images each)
+    consistency_threshold: float = 0.95
+    unlabelled_ratio: int = 3
     student_arch: str = "datalens"
     epochs: int = 10
     min_steps: int = 1500  # at least this many optimizer steps per round: a few hundred answers get more epochs
@@ -78,6 +85,9 @@ class PateConfig:
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if self.student_training not in STUDENT_TRAININGS:
+            raise ConfigError(f"unknown student training {self.student_training!r}; choose one of "
+                              f"{', '.join(STUDENT_TRAININGS)}")
         if self.query_selection not in QUERY_SELECTIONS:
             raise ConfigError(f"unknown query selection {self.query_selection!r}; choose one of "
                               f"{', '.join(QUERY_SELECTIONS)}")
@@ -85,6 +95,8 @@ class PateConfig:
             raise ConfigError(f"pseudo-label-confidence must be in (0, 1], got {self.pseudo_label_confidence}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
+        if self.student_training == "consistency":
+            self.consistency_config()  # its own checks, now rather than after the answers are spent
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,6 +107,11 @@ class PateConfig:
             return cls(**values)
         except TypeError as error:
             raise ConfigError(f"the saved configuration does not describe a PATE run ({error})") from error
+
+    def consistency_config(self) -> ConsistencyConfig:
+        return ConsistencyConfig(arch=self.student_arch, steps=self.consistency_steps, batch_size=self.batch_size,
+                                 unlabelled_ratio=self.unlabelled_ratio, threshold=self.consistency_threshold,
+                                 lr=self.lr, augment_shift=self.augment_shift, seed=self.seed, device=self.device)
 
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
         """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
@@ -233,7 +250,8 @@ def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, 
 def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_classes: int,
                   progress: Progress | None = None) -> tuple[torch.nn.Module, list[dict]]:
     """Round 1 learns from the kept answers; each self-training round starts afresh from those answers plus the
-    public images the previous student labels with at least `pseudo_label_confidence` (post-processing)."""
+    public images the previous student labels with at least `pseudo_label_confidence` (post-processing). With
+    consistency training every round also learns from the whole public pool, unlabelled."""
     images, labels = split.pool[answers.indices[answers.confident]], answers.labels[answers.confident]
     if not len(labels):
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
@@ -251,9 +269,13 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
             sure = probabilities.max(1).values >= config.pseudo_label_confidence
             train_images = torch.cat([images, unlabelled[sure]])
             train_labels = torch.cat([labels, probabilities.argmax(1)[sure]])
-        dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval, num_classes,
-                               split.description)
-        student, training = train_classifier(dataset, teacher_config, evaluate_each_epoch=False)
+        if config.student_training == "consistency":
+            student, training = train_consistency(train_images, train_labels, split.pool, split.x_eval, split.y_eval,
+                                                  num_classes, config.consistency_config(), progress)
+        else:
+            dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval,
+                                   num_classes, split.description)
+            student, training = train_classifier(dataset, teacher_config, evaluate_each_epoch=False)
         history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
                         "wall_seconds": training["wall_seconds"]})
         if progress:

@@ -261,7 +261,10 @@ def pate_markdown(report: dict[str, Any]) -> str:
               f"| of which voting and noise | {timing['release_seconds']:.1f} s |",
               "", "## Student rounds", "",
               "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
-              "student labels confidently (post-processing: no further answers).", "",
+              "student labels confidently (post-processing: no further answers)."
+              + (" Each round is consistency training (FixMatch): the student also learns from every public image, "
+                 "unlabelled, to give a hard view the class it gives an easy one." if
+                 report["config"].get("student_training") == "consistency" else ""), "",
               "| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
               for r in report["history"]]

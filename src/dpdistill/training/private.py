@@ -73,7 +73,7 @@ class PrivateTrainingConfig:
     beta: float = 1e-3  # dpdfd-direct: norm C of each output gradient
     target_step: float = 0.1  # dpdfd-direct: gamma, the step of the noisy gradient on the student's logits
     student_arch: str = "datalens"
-    epochs: int = 10
+    epochs: int = 3  # the measured `dpsgd-eps*` and `dpdfd-direct-eps*` rows (per-example gradients are slow on CPU)
     batch_size: int = 256  # expected batch size of the Poisson sampler
     lr: float = 1e-3
     seed: int = 0
