@@ -359,8 +359,9 @@ def pate_command(
             public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
             student_training=student_training, consistency_steps=consistency_steps,
-            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch, epochs=epochs, min_steps=min_steps, augment_shift=augment_shift,
-            batch_size=batch_size, lr=lr, seed=seed, device=device)
+            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,
+            epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
+            device=device)
     rounds = config.self_training_rounds if config else self_training_rounds
     bar, update = _progress_bar(1 + rounds, "pate student rounds")
     with bar:

@@ -108,6 +108,11 @@ class PateConfig:
         except TypeError as error:
             raise ConfigError(f"the saved configuration does not describe a PATE run ({error})") from error
 
+    def supervised_config(self) -> TeacherConfig:
+        return TeacherConfig(arch=self.student_arch, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                             min_steps=self.min_steps, seed=self.seed, device=self.device,
+                             augment_shift=self.augment_shift)
+
     def consistency_config(self) -> ConsistencyConfig:
         return ConsistencyConfig(arch=self.student_arch, steps=self.consistency_steps, batch_size=self.batch_size,
                                  unlabelled_ratio=self.unlabelled_ratio, threshold=self.consistency_threshold,
@@ -257,9 +262,6 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
     labelled = torch.zeros(len(split.pool), dtype=torch.bool)
     labelled[answers.indices[answers.confident]] = True
-    teacher_config = TeacherConfig(arch=config.student_arch, epochs=config.epochs, batch_size=config.batch_size,
-                                   lr=config.lr, min_steps=config.min_steps, seed=config.seed, device=config.device,
-                                   augment_shift=config.augment_shift)
     student, history = None, []
     train_images, train_labels = images, labels
     for round_ in range(1, config.self_training_rounds + 2):
@@ -275,7 +277,7 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
         else:
             dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval,
                                    num_classes, split.description)
-            student, training = train_classifier(dataset, teacher_config, evaluate_each_epoch=False)
+            student, training = train_classifier(dataset, config.supervised_config(), evaluate_each_epoch=False)
         history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
                         "wall_seconds": training["wall_seconds"]})
         if progress:

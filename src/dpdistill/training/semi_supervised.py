@@ -21,7 +21,7 @@ from dpdistill.data.augment import shift_and_flip, strong_augment
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
-from dpdistill.models.registry import build_classifier
+from dpdistill.training.teacher import fresh_classifier
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,9 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
     and how many unlabelled images passed the threshold in the last steps (the share it trusts itself on)."""
     if not len(labels):
         raise ConfigError("consistency training needs at least one labelled image")
-    torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    model = build_classifier(config.arch, tuple(images.shape[1:]), num_classes).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.steps)
+    model, optimizer, schedule = fresh_classifier(config.arch, tuple(images.shape[1:]), num_classes, config.lr,
+                                                  config.steps, config.seed, device)
     images, labels, unlabelled = images.to(device), labels.to(device), unlabelled.to(device)
     labelled_count, unlabelled_count = config.batch_size, config.batch_size * config.unlabelled_ratio
     started, confident_share, history = time.perf_counter(), 0.0, []

@@ -29,17 +29,26 @@ class TeacherConfig:
     device: str = "cpu"
 
 
+def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr: float, total_steps: int,
+                     seed: int, device: torch.device
+                     ) -> tuple[Classifier, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """A seeded new classifier with Adam, its learning rate decayed by a cosine to zero over `total_steps`: the
+    recipe of every supervised and semi-supervised training here."""
+    torch.manual_seed(seed)
+    model = build_classifier(arch, in_shape, num_classes).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    return model, optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+
 def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Callable[[dict], None] | None = None,
                      evaluate_each_epoch: bool = True) -> tuple[Classifier, dict]:
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
     (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members)."""
-    torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    model = build_classifier(config.arch, dataset.input_shape, dataset.num_classes).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     steps_per_epoch = -(-len(dataset.x_train) // config.batch_size)
     epochs = max(config.epochs, -(-config.min_steps // steps_per_epoch))
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
+    model, optimizer, schedule = fresh_classifier(config.arch, dataset.input_shape, dataset.num_classes, config.lr,
+                                                  epochs * steps_per_epoch, config.seed, device)
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
     history = []
