@@ -99,6 +99,9 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
                         quick_args=("--epochs", "1")))
         runs.append(Run(f"upper-bound-{dataset}", "upper bound (no privacy)", dataset, ("--privacy", "none"),
                         headline_seeds, quick_args=QUICK))
+        # The teachers' own architecture as the student: how much of the gap to the teacher is the student's.
+        runs.append(Run(f"upper-bound-cnn-{dataset}", "upper bound (no privacy), cnn student", dataset,
+                        ("--privacy", "none", "--student-arch", "cnn"), headline_seeds, quick_args=QUICK))
         runs.append(Run(f"upper-bound-8-steps-{dataset}", "upper bound (no privacy), 8 student steps", dataset,
                         ("--privacy", "none", "--student-steps", "8"), quick_args=QUICK))
         for mode, epsilon in (("data", "10"), ("label", "1")):

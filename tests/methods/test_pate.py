@@ -114,7 +114,9 @@ def test_a_fixed_sigma_that_overspends_is_refused_before_anything_is_written(dig
 
 def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=200, public_size=250, min_steps=300, self_training_rounds=1, **LOUD)
-    report = pate(digits_ensemble, config, tmp_path)
+    records: list[dict] = []
+    report = pate(digits_ensemble, config, tmp_path, progress=records.append)
+    assert [record["done"] for record in records] == [1, 2] and config.progress_total() == 2  # rounds
     assert report["accuracy"]["answers"] > 0.8
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
     assert report["privacy"]["queries"] == 200 and report["privacy"]["teachers"] == 4
@@ -126,7 +128,9 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
 def test_a_consistency_student_learns_from_the_answers_and_the_unlabelled_pool(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
                         student_training="consistency", consistency_steps=300, **LOUD)
-    report = pate(digits_ensemble, config, tmp_path)
+    records: list[dict] = []
+    report = pate(digits_ensemble, config, tmp_path, progress=records.append)
+    assert [record["done"] for record in records] == [300, 300] and config.progress_total() == 300  # steps
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
     assert [record["round"] for record in report["history"]] == [1]
     assert "consistency training (FixMatch)" in (tmp_path / "report.md").read_text()

@@ -27,6 +27,8 @@ SEED = typer.Option(0, help="seeds the model, the sampling and the noise (reprod
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 
+POSITION_KEYS = ("done", "iteration", "epoch", "member", "round")  # where a progress record says how far it is
+
 
 class PrivacyModeOption(str, Enum):
     data = "data"
@@ -68,7 +70,7 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
-        step = record.get("iteration", record.get("epoch", record.get("member", record.get("round"))))
+        step = next((record[key] for key in POSITION_KEYS if key in record), None)
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
@@ -362,8 +364,9 @@ def pate_command(
             consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,
             epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
             device=device)
-    rounds = config.self_training_rounds if config else self_training_rounds
-    bar, update = _progress_bar(1 + rounds, "pate student rounds")
+    total = config.progress_total() if config else 1 + self_training_rounds
+    unit = "steps" if config and config.student_training == "consistency" else "rounds"
+    bar, update = _progress_bar(total, f"pate student {unit}")
     with bar:
         report = pate(teacher, None if resume else config, out, resume, update)
     privacy, accuracy = report["privacy"], report["accuracy"]

@@ -31,6 +31,7 @@ from dpdistill.atomic import write_atomically
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import CheckpointError, ConfigError, DatasetError, PrivacyParameterError
+from dpdistill.evaluation.metrics import probabilities
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
@@ -117,6 +118,13 @@ class PateConfig:
         return ConsistencyConfig(arch=self.student_arch, steps=self.consistency_steps, batch_size=self.batch_size,
                                  unlabelled_ratio=self.unlabelled_ratio, threshold=self.consistency_threshold,
                                  lr=self.lr, augment_shift=self.augment_shift, seed=self.seed, device=self.device)
+
+    def progress_per_round(self) -> int:
+        """Units of the student's progress ("done" in its progress records) a round: 1, or its consistency steps."""
+        return self.consistency_steps if self.student_training == "consistency" else 1
+
+    def progress_total(self) -> int:
+        return (self.self_training_rounds + 1) * self.progress_per_round()
 
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
         """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
@@ -256,7 +264,8 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
                   progress: Progress | None = None) -> tuple[torch.nn.Module, list[dict]]:
     """Round 1 learns from the kept answers; each self-training round starts afresh from those answers plus the
     public images the previous student labels with at least `pseudo_label_confidence` (post-processing). With
-    consistency training every round also learns from the whole public pool, unlabelled."""
+    consistency training every round also learns from the whole public pool, unlabelled. Progress records carry
+    "done", the units of `config.progress_total()` finished so far."""
     images, labels = split.pool[answers.indices[answers.confident]], answers.labels[answers.confident]
     if not len(labels):
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
@@ -264,16 +273,19 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     labelled[answers.indices[answers.confident]] = True
     student, history = None, []
     train_images, train_labels = images, labels
+    work = config.progress_per_round()
     for round_ in range(1, config.self_training_rounds + 2):
         if student is not None:  # self-training: add the public images the previous student is sure of
             unlabelled = split.pool[~labelled]
-            probabilities = _probabilities(student, unlabelled, config.device)
-            sure = probabilities.max(1).values >= config.pseudo_label_confidence
+            beliefs = probabilities(student, unlabelled, device=config.device)
+            sure = beliefs.max(1).values >= config.pseudo_label_confidence
             train_images = torch.cat([images, unlabelled[sure]])
-            train_labels = torch.cat([labels, probabilities.argmax(1)[sure]])
+            train_labels = torch.cat([labels, beliefs.argmax(1)[sure]])
         if config.student_training == "consistency":
+            step_progress = None if progress is None else (
+                lambda record, before=(round_ - 1) * work: progress({**record, "done": before + record["step"]}))
             student, training = train_consistency(train_images, train_labels, split.pool, split.x_eval, split.y_eval,
-                                                  num_classes, config.consistency_config(), progress)
+                                                  num_classes, config.consistency_config(), step_progress)
         else:
             dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval,
                                    num_classes, split.description)
@@ -281,15 +293,8 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
         history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
                         "wall_seconds": training["wall_seconds"]})
         if progress:
-            progress(history[-1])
+            progress({**history[-1], "done": round_ * work})
     return student, history
-
-
-@torch.inference_mode()
-def _probabilities(model: torch.nn.Module, images: Tensor, device: str, batch_size: int = 1024) -> Tensor:
-    model.eval()
-    return torch.cat([F.softmax(model(images[i:i + batch_size].to(device)), 1).cpu()
-                      for i in range(0, len(images), batch_size)])
 
 
 def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | None:

@@ -1,0 +1,32 @@
+"""Batched evaluation: the same outputs as one eval-mode pass, whatever the batch size, and the model's mode kept."""
+
+import torch
+from torch import nn
+
+from dpdistill.evaluation.metrics import accuracy, predict, probabilities
+
+
+def _model_with_dropout() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 5))
+
+
+def test_probabilities_are_one_eval_mode_softmax_pass_in_any_batching():
+    model, images = _model_with_dropout(), torch.randn(37, 1, 4, 4)
+    model.train()
+    expected = torch.softmax(model.eval()(images), 1).detach()
+    model.train()
+    batched = probabilities(model, images, batch_size=8)  # 37 = 4 full batches and a partial one
+    assert batched.shape == (37, 5)
+    assert torch.allclose(batched, expected, atol=1e-6)  # no dropout: eval mode
+    assert torch.allclose(batched.sum(1), torch.ones(37))
+    assert model.training  # restored
+
+
+def test_predictions_and_accuracy_follow_the_most_probable_class():
+    model, images = _model_with_dropout(), torch.randn(20, 1, 4, 4)
+    classes = probabilities(model, images).argmax(1)
+    assert torch.equal(predict(model, images, batch_size=3), classes)
+    labels = classes.clone()
+    labels[:5] = (labels[:5] + 1) % 5  # five wrong on purpose
+    assert accuracy(model, images, labels) == 0.75
