@@ -15,6 +15,7 @@ and figure are also written to benchmarks/, next to the code that made them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import os
@@ -45,6 +46,7 @@ class Run:
     quick_args: tuple[str, ...] = ()  # appended in --quick mode
     curve: tuple[str, float] | None = None  # (privacy mode, sound epsilon) for the privacy-accuracy figure
     teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
+    encoder: str = ""  # a `pretrain` row whose encoder the models start from (teachers: --init, PATE: --student-init)
 
     def teacher_row(self) -> str | None:
         if self.command not in TEACHER_COMMANDS:
@@ -223,6 +225,20 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                       "--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
                       "--self-training-rounds", "0")
              for epsilon, queries in PATE_QUERIES]
+    # Contrastive pretraining on the public pool (public, so free): M = 250's members and the epsilon-1 student
+    # start from it instead of random weights.
+    encoder = f"pretrain-{dataset}"
+    runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset, (),
+                    command="pretrain", quick_args=("--steps", "5", "--public-size", "200", "--batch-size", "32")))
+    pretrained = f"teachers-{largest}-pretrained-{dataset}"
+    runs.append(Run(pretrained, "teacher ensemble (mean probability), members from the encoder, shifted images",
+                    dataset, ("--partitions", str(largest), "--epochs", "5", *shift), command="train-teacher",
+                    quick_args=("--epochs", "1", "--min-steps", "10"), encoder=encoder))
+    runs.append(dataclasses.replace(
+        pate_row(f"pate-{largest}-pretrained-fixmatch-eps1-q200-{dataset}", "PATE on public images, cnn student "
+                 "from the encoder, consistency training", dataset, "1", 200, headline_seeds, pretrained,
+                 "--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
+                 "--self-training-rounds", "0"), encoder=encoder))
     return runs
 
 
@@ -287,6 +303,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--dataset", run.dataset]
     else:
         command += ["--teacher", str(out / run.teacher_row() / "seed0")]
+    if run.encoder:
+        command += ["--init" if run.command == "train-teacher" else "--student-init", str(out / run.encoder / "seed0")]
     if (directory / "resume").exists():  # every command keeps its unfinished state there
         command.append("--resume")
     command += [*run.args, *(run.quick_args if quick else ())]  # a repeated option: the last one counts
@@ -326,7 +344,8 @@ def summarise(run: Run, results: list[Result]) -> dict:
     loop = sum(value for phase, value in phases.items() if phase != "evaluate")
     return {
         "run": run.name, "group": run.group, "dataset": run.dataset, "seeds": [r.seed for r in results],
-        "accuracy_mean": statistics.mean(accuracies), "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
+        "accuracy_mean": None if None in accuracies else statistics.mean(accuracies),
+        "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 and None not in accuracies else 0.0,
         "paper_accuracy": run.paper, "epsilon": privacy.get("epsilon"), "paper_epsilon": privacy.get("paper_epsilon"),
         "delta": privacy.get("delta"), "privacy_mode": privacy.get("mode"), "covered": privacy.get("covered"),
         "wall_seconds": statistics.mean(r.wall_seconds for r in results),
@@ -339,7 +358,9 @@ def summarise(run: Run, results: list[Result]) -> dict:
     }
 
 
-def _accuracy(report: dict, run: Run) -> float:
+def _accuracy(report: dict, run: Run) -> float | None:
+    if run.command == "pretrain":  # an encoder has no classifier to measure
+        return None
     key = "teacher" if run.command == "train-teacher" else "student"
     return 100 * report["accuracy"][key]
 
@@ -354,7 +375,8 @@ def render(rows: list[dict], quick: bool, figure: str | None) -> str:
     for row in rows:
         lines.append("| " + " | ".join([
             row["group"], f"`{row['run']}`", ",".join(map(str, row["seeds"])),
-            f"{row['accuracy_mean']:.2f} ± {row['accuracy_std']:.2f}", _number(row["paper_accuracy"], ".2f"),
+            "—" if row["accuracy_mean"] is None else f"{row['accuracy_mean']:.2f} ± {row['accuracy_std']:.2f}",
+            _number(row["paper_accuracy"], ".2f"),
             _epsilon(row), _number(row["paper_epsilon"], ".3g"),
             f"{row['wall_seconds']:.0f}" + (" (resumed: last part)" if row.get("resumed") else ""),
             _number(row["iterations_per_second"], ".2f"), _number(row["samples_per_second"], ".0f"),
@@ -440,9 +462,11 @@ def write_markdown(text: str, path: Path) -> None:
 
 
 def select(runs: list[Run], patterns: list[str]) -> list[Run]:
-    """The runs whose names match `patterns`, with the teachers they read (earlier in the table: trained first)."""
+    """The runs whose names match `patterns`, with the teachers they read and the encoders those start from
+    (earlier in the table: made first)."""
     chosen = {run.name for run in runs if any(fnmatch.fnmatch(run.name, pattern) for pattern in patterns)}
     needed = chosen | {run.teacher_row() for run in runs if run.name in chosen}
+    needed |= {run.encoder for run in runs if run.name in needed and run.encoder}  # of a row or of its teachers
     return [run for run in runs if run.name in needed]
 
 

@@ -30,3 +30,14 @@ def digits_ensemble(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("ensemble")
     train_teacher_ensemble("digits", directory, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=60), 4)
     return directory
+
+
+@pytest.fixture(scope="session")
+def digits_encoder(tmp_path_factory) -> Path:
+    """A cnn encoder pretrained briefly on the digits public pool (the first 200 test images)."""
+    from dpdistill.pipeline import pretrain
+    from dpdistill.training.self_supervised import ContrastiveConfig
+
+    directory = tmp_path_factory.mktemp("encoder")
+    pretrain("digits", None, 200, ContrastiveConfig(steps=5, batch_size=32), directory)
+    return directory

@@ -9,7 +9,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,10 +24,13 @@ from dpdistill.errors import ConfigError, DatasetError
 from dpdistill.evaluation.metrics import accuracy, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
-from dpdistill.models.checkpoint import load_classifier, save_model
+from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher, member_directory, write_ensemble_description
 from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+if TYPE_CHECKING:
+    from dpdistill.training.self_supervised import ContrastiveConfig
 
 Progress = Callable[[dict], None]
 ENSEMBLE_PLAN = "ensemble-plan.json"
@@ -42,6 +45,28 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def pretrain(dataset_name: str, public: str | None, public_size: int, config: "ContrastiveConfig", out_dir: Path,
+             progress: Progress | None = None) -> dict:
+    """Contrastive pretraining on PATE's public pool (the same `public` and `public_size` images a PATE run on
+    `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
+    that `train-teacher --init` and `pate --student-init` start from, and report.json."""
+    from dpdistill.methods.pate import public_split
+    from dpdistill.training.self_supervised import pretrain_contrastive
+
+    evaluation = load_dataset(dataset_name)
+    split = public_split(evaluation, public, public_size)
+    encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
+    meta = {**_classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
+            "kind": "encoder", "pretrained_on": split.description}
+    save_model(out_dir, encoder, meta, name=ENCODER)
+    report = {"method": "contrastive pretraining (SimCLR)", "dataset": dataset_name, "public": split.description,
+              "config": dataclasses.asdict(config), "history": training["history"],
+              "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
+              "privacy": {"guarantee": "none needed: public images only, no private example and no teacher"}}
     write_json(out_dir / "report.json", report)
     return report
 

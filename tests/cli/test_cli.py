@@ -196,3 +196,30 @@ def test_pate_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path:
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "run" / "student.safetensors").exists()
+
+
+def test_pretrain_then_start_an_ensemble_and_a_pate_student_from_the_encoder(digits_ensemble: Path, tmp_path: Path):
+    result = invoke("pretrain", "--dataset", "digits", "--public-size", "200", "--steps", "4", "--batch-size", "32",
+                    "--out", tmp_path / "encoder")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "encoder" / "encoder.json").read_text())
+    assert meta["kind"] == "encoder" and "first 200 test images" in meta["pretrained_on"]
+    teachers = invoke("train-teacher", "--dataset", "digits", "--partitions", "2", "--min-steps", "5", "--epochs",
+                      "1", "--init", tmp_path / "encoder", "--out", tmp_path / "teachers")
+    assert teachers.exit_code == 0, teachers.output
+    report = json.loads((tmp_path / "teachers" / "report.json").read_text())
+    assert report["config"]["init"] == str(tmp_path / "encoder")
+    student = invoke("pate", "--teacher", digits_ensemble, "--epsilon", "10", "--queries", "50", "--public-size",
+                     "200", "--min-steps", "5", "--self-training-rounds", "0", "--student-arch", "cnn",
+                     "--student-init", tmp_path / "encoder", "--out", tmp_path / "pate")
+    assert student.exit_code == 0, student.output
+    assert json.loads((tmp_path / "pate" / "report.json").read_text())["config"]["student_init"] == \
+        str(tmp_path / "encoder")
+    # The wrong architecture fails before the ensemble is asked: no answers are spent.
+    wrong = invoke("pate", "--teacher", digits_ensemble, "--epsilon", "10", "--queries", "50", "--public-size", "200",
+                   "--student-init", tmp_path / "encoder", "--out", tmp_path / "wrong")
+    assert wrong.exit_code == 2 and "needs 'datalens'" in " ".join(wrong.output.split()), wrong.output
+    assert not (tmp_path / "wrong" / "resume").exists()
+    # An encoder is not a teacher.
+    refused = invoke("transcribe", "--teacher", tmp_path / "encoder", "--epsilon", "10", "--out", tmp_path / "t")
+    assert refused.exit_code == 2, refused.output

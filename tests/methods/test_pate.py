@@ -23,12 +23,12 @@ LOUD = {"epsilon": 1e6, "sigma": 0.05}
 
 def test_the_pool_and_the_evaluation_images_are_disjoint_parts_of_the_test_split():
     digits = load_dataset("digits")
-    split = public_split(digits, PateConfig(epsilon=1, queries=50, public_size=200))
+    split = public_split(digits, None, 200)
     assert torch.equal(split.pool, digits.x_test[:200])
     assert torch.equal(split.x_eval, digits.x_test[200:]) and torch.equal(split.y_eval, digits.y_test[200:])
     assert torch.equal(split.pool_labels, digits.y_test[:200])  # only to report answer quality
     with pytest.raises(ConfigError, match="leaves none to measure accuracy"):
-        public_split(digits, PateConfig(epsilon=1, queries=50, public_size=len(digits.y_test)))
+        public_split(digits, None, len(digits.y_test))
 
 
 def test_another_public_data_set_gives_its_training_images_and_must_match_the_shape(tmp_path: Path):
@@ -37,16 +37,16 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
     same = tmp_path / "public.npz"
     np.savez(same, x_train=rng.integers(0, 256, (300, 8, 8), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
              x_test=rng.integers(0, 256, (10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
-    split = public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=250))
+    split = public_split(digits, str(same), 250)
     assert split.pool.shape == (250, 1, 8, 8) and torch.equal(split.y_eval, digits.y_test)
     assert split.pool_labels is None
     with pytest.raises(ConfigError, match="fewer than --public-size"):
-        public_split(digits, PateConfig(epsilon=1, queries=50, public=str(same), public_size=301))
+        public_split(digits, str(same), 301)
     other = tmp_path / "wide.npz"
     np.savez(other, x_train=np.zeros((300, 10, 10), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
              x_test=np.zeros((10, 10, 10), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
     with pytest.raises(DatasetError, match="teachers expect"):
-        public_split(digits, PateConfig(epsilon=1, queries=50, public=str(other), public_size=250))
+        public_split(digits, str(other), 250)
 
 
 @pytest.mark.parametrize("values, error, message", [

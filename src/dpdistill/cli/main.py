@@ -27,7 +27,7 @@ SEED = typer.Option(0, help="seeds the model, the sampling and the noise (reprod
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 
-POSITION_KEYS = ("done", "iteration", "epoch", "member", "round")  # where a progress record says how far it is
+POSITION_KEYS = ("done", "iteration", "epoch", "member", "round", "step")  # where a progress record says how far it is
 
 
 class PrivacyModeOption(str, Enum):
@@ -74,10 +74,10 @@ def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dic
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
-                                                                       "pretrain_step", "step", "confident_share"))
+                                                                       "pretrain_step", "step", "confident_share", "loss"))
         bar.update(task, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
         if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
-                                                                     "pretrain_step", "confident_share")):
+                                                                     "pretrain_step", "confident_share", "loss")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
@@ -112,6 +112,8 @@ def train_teacher_command(
                                                    "partitions get more epochs)"),
     augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "
                                                      "(0: off; small partitions gain about a point)"),
+    init: Optional[Path] = typer.Option(None, help="start every teacher from this pretrained encoder's weights "
+                                                   "(a `dpdistill pretrain` directory) instead of random ones"),
     seed: int = SEED,
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
@@ -122,7 +124,8 @@ def train_teacher_command(
     from dpdistill.training.teacher import TeacherConfig
 
     config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps,
-                           augment_shift=augment_shift, seed=seed, device=device)
+                           augment_shift=augment_shift, init=None if init is None else str(init), seed=seed,
+                           device=device)
     if partitions == 1 and dirichlet_alpha is not None:
         raise typer.BadParameter("--dirichlet-alpha splits an ensemble's data: use it with --partitions > 1")
     if partitions > 1 or resume:
@@ -307,6 +310,35 @@ def print_private_summary(report: dict, out: Path) -> None:
     Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
 
 
+@app.command("pretrain")
+@clear_errors
+def pretrain_command(
+    dataset: str = typer.Option(..., help="the data set whose public pool is used (as in `dpdistill pate`)"),
+    out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
+    public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
+                                                    "split, whose first --public-size images are public)"),
+    public_size: int = typer.Option(5000, min=2, help="public images to pretrain on (as `pate --public-size`)"),
+    arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
+    steps: int = typer.Option(600, min=1, help="optimizer steps"),
+    batch_size: int = typer.Option(256, min=2, help="images a step (two views of each)"),
+    temperature: float = typer.Option(0.2, help="of the contrastive loss"),
+    lr: float = ADAM_LR,
+    seed: int = SEED,
+    device: str = DEVICE,
+) -> None:
+    """Contrastive pretraining on public, unlabelled images: a starting point for teachers and PATE students."""
+    from dpdistill.pipeline import pretrain
+    from dpdistill.training.self_supervised import ContrastiveConfig
+
+    config = ContrastiveConfig(arch=arch, steps=steps, batch_size=batch_size, temperature=temperature, lr=lr,
+                               seed=seed, device=device)
+    bar, update = _progress_bar(steps, "contrastive pretraining steps")
+    with bar:
+        report = pretrain(dataset, public, public_size, config, out, update)
+    console.print(f"encoder pretrained on {report['public']}: loss {report['history'][-1]['loss']:.3f} in "
+                  f"{report['timing']['wall_seconds']:.0f} s -> {out}")
+
+
 @app.command("pate")
 @clear_errors
 def pate_command(
@@ -337,6 +369,8 @@ def pate_command(
                                                            "train on the hard view of an unlabelled image"),
     unlabelled_ratio: int = typer.Option(3, help="unlabelled images per labelled one in a consistency step"),
     student_arch: str = typer.Option("datalens", help="the student's architecture, or module:callable"),
+    student_init: Optional[Path] = typer.Option(None, help="start the student from this pretrained encoder (a "
+                                                           "`dpdistill pretrain` directory on the same public pool)"),
     epochs: int = typer.Option(10),
     min_steps: int = typer.Option(1500, help="at least this many optimizer steps per round"),
     augment_shift: int = typer.Option(2, help="translate training images by up to this many pixels (0: off)"),
@@ -362,7 +396,7 @@ def pate_command(
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
             student_training=student_training, consistency_steps=consistency_steps,
             consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,
-            epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
+            student_init=None if student_init is None else str(student_init), epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
             device=device)
     total = config.progress_total() if config else 1 + self_training_rounds
     unit = "steps" if config and config.student_training == "consistency" else "rounds"

@@ -36,7 +36,7 @@ from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
-from dpdistill.training.teacher import TeacherConfig, train_classifier
+from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier
 
 Progress = Callable[[dict], None]
 ANSWERS_FILE = "answers.safetensors"
@@ -66,6 +66,8 @@ class PateConfig:
     consistency_threshold: float = 0.95
     unlabelled_ratio: int = 3
     student_arch: str = "datalens"
+    student_init: str | None = None  # a pretrained encoder the student starts from (`dpdistill pretrain` on the
+    # public pool: public, so free)
     epochs: int = 10
     min_steps: int = 1500  # at least this many optimizer steps per round: a few hundred answers get more epochs
     augment_shift: int = 2
@@ -112,12 +114,13 @@ class PateConfig:
     def supervised_config(self) -> TeacherConfig:
         return TeacherConfig(arch=self.student_arch, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                              min_steps=self.min_steps, seed=self.seed, device=self.device,
-                             augment_shift=self.augment_shift)
+                             augment_shift=self.augment_shift, init=self.student_init)
 
     def consistency_config(self) -> ConsistencyConfig:
         return ConsistencyConfig(arch=self.student_arch, steps=self.consistency_steps, batch_size=self.batch_size,
                                  unlabelled_ratio=self.unlabelled_ratio, threshold=self.consistency_threshold,
-                                 lr=self.lr, augment_shift=self.augment_shift, seed=self.seed, device=self.device)
+                                 lr=self.lr, augment_shift=self.augment_shift, init=self.student_init, seed=self.seed,
+                                 device=self.device)
 
     def progress_per_round(self) -> int:
         """Units of the student's progress ("done" in its progress records) a round: 1, or its consistency steps."""
@@ -143,28 +146,27 @@ class PublicSplit:
     pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
 
 
-def public_split(evaluation: ImageDataset, config: PateConfig) -> PublicSplit:
-    """Public images from `config.public` (default: the evaluation set itself).
+def public_split(evaluation: ImageDataset, public: str | None, size: int) -> PublicSplit:
+    """`size` public images from the data set `public` (default: the evaluation set itself).
 
-    From the evaluation set, the pool is the first `public_size` test images and accuracy is measured on the
-    rest (PATE's protocol). From another data set, the pool is the first `public_size` of its training images
+    From the evaluation set, the pool is the first `size` test images and accuracy is measured on the
+    rest (PATE's protocol). From another data set, the pool is the first `size` of its training images
     and accuracy is measured on the whole evaluation test split."""
-    size = config.public_size
-    if config.public is None or config.public == evaluation.name:
+    if public is None or public == evaluation.name:
         if size >= len(evaluation.y_test):
             raise ConfigError(f"{evaluation.name}'s test split has {len(evaluation.y_test)} images: a public pool "
                               f"of {size} leaves none to measure accuracy on; lower --public-size")
         return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
                            f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
                            f"{len(evaluation.y_test) - size}", evaluation.y_test[:size])
-    public = load_dataset(config.public)
-    if public.input_shape != evaluation.input_shape:
-        raise DatasetError(f"public data set {config.public!r} has inputs {public.input_shape}, the teachers "
+    source = load_dataset(public)
+    if source.input_shape != evaluation.input_shape:
+        raise DatasetError(f"public data set {public!r} has inputs {source.input_shape}, the teachers "
                            f"expect {evaluation.input_shape}")
-    if size > len(public.x_train):
-        raise ConfigError(f"{config.public} has {len(public.x_train)} training images, fewer than --public-size {size}")
-    return PublicSplit(public.x_train[:size], evaluation.x_test, evaluation.y_test,
-                       f"the first {size} training images of {public.name} (unlabelled); accuracy on the "
+    if size > len(source.x_train):
+        raise ConfigError(f"{public} has {len(source.x_train)} training images, fewer than --public-size {size}")
+    return PublicSplit(source.x_train[:size], evaluation.x_test, evaluation.y_test,
+                       f"the first {size} training images of {source.name} (unlabelled); accuracy on the "
                        f"{len(evaluation.y_test)} test images of {evaluation.name}")
 
 
@@ -310,8 +312,10 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
     """Plan, release (or reload) the answers, train the student; the report's figures as a dict."""
     started = time.perf_counter()
     num_classes = evaluation.num_classes
-    split = public_split(evaluation, config)
+    split = public_split(evaluation, config.public, config.public_size)
     plan = plan_privacy(config.privacy_request(len(ensemble), num_classes), num_classes, config.queries, 1)
+    if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
+        load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes)
     answers_path = state_dir / ANSWERS_FILE
     if resume:
         answers = Answers.load(answers_path, config.queries)

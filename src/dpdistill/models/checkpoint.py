@@ -3,8 +3,8 @@
 A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (name "model") also holds
 `meta.json`, the same description under the name the product documents.
 
-The JSON description ("meta") holds `kind` ("classifier" or "generator") and what rebuilds the model:
-`arch`, `arch_options`, `in_shape`, `num_classes` for a classifier (`arch` may be a user's
+The JSON description ("meta") holds `kind` ("classifier", "encoder" or "generator") and what rebuilds the model:
+`arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (`arch` may be a user's
 `module.path:callable`, re-imported on load); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
@@ -27,6 +27,7 @@ from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_classifier, build_generator
 
 TEACHER = "model"
+ENCODER = "encoder"  # a pretrained starting point (`dpdistill pretrain`): encoder.safetensors + encoder.json
 
 
 def _meta_names(name: str) -> list[str]:
@@ -71,8 +72,12 @@ def _read_meta(directory: Path, name: str) -> dict[str, Any]:
 
 def _check_kind(meta: dict[str, Any], kind: str, directory: Path, name: str) -> None:
     if meta["kind"] != kind:
-        raise CheckpointError(f"{directory / name}.safetensors holds a {meta['kind']}, not a {kind}; "
-                              f"point to the directory or name of a {kind}")
+        raise CheckpointError(f"{directory / name}.safetensors holds {_article(meta['kind'])}, not {_article(kind)}; "
+                              f"point to the directory or name of {_article(kind)}")
+
+
+def _article(noun: Any) -> str:
+    return f"{'an' if str(noun)[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def _load_weights(directory: Path, name: str, model: nn.Module, arch: str) -> None:
@@ -107,10 +112,12 @@ def _build(directory: Path, name: str, build: Callable[[], nn.Module]) -> Any:
                               f"built: {error}") from error
 
 
-def load_classifier(directory: Path, name: str = TEACHER) -> tuple[Classifier, dict[str, Any]]:
-    """A saved classifier in eval mode, with its description."""
+def load_classifier(directory: Path, name: str = TEACHER, kind: str = "classifier"
+                    ) -> tuple[Classifier, dict[str, Any]]:
+    """A saved classifier in eval mode, with its description; `kind` "encoder" for a pretrained starting point
+    (a classifier whose head was never trained, which commands that want a trained model refuse)."""
     meta = _read_meta(directory, name)
-    _check_kind(meta, "classifier", directory, name)
+    _check_kind(meta, kind, directory, name)
     model: Classifier = _build(directory, name, lambda: build_classifier(
         meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]), **meta.get("arch_options", {})))
     if meta.get("opacus_fixed"):

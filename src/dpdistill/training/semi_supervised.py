@@ -34,6 +34,7 @@ class ConsistencyConfig:
     weight: float = 1.0  # of the unlabelled term against the labelled one
     lr: float = 1e-3
     augment_shift: int = 2  # the easy view's shift
+    init: str | None = None  # start from this pretrained encoder (`dpdistill pretrain`), not random weights
     seed: int = 0
     device: str = "cpu"
     report_every: int = 500  # steps between progress records
@@ -58,7 +59,7 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
         raise ConfigError("consistency training needs at least one labelled image")
     device = torch.device(config.device)
     model, optimizer, schedule = fresh_classifier(config.arch, tuple(images.shape[1:]), num_classes, config.lr,
-                                                  config.steps, config.seed, device)
+                                                  config.steps, config.seed, device, config.init)
     images, labels, unlabelled = images.to(device), labels.to(device), unlabelled.to(device)
     labelled_count, unlabelled_count = config.batch_size, config.batch_size * config.unlabelled_ratio
     started, confident_share, history = time.perf_counter(), 0.0, []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -11,8 +12,10 @@ import torch.nn.functional as F
 
 from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
+from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
+from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
 
 
@@ -25,19 +28,35 @@ class TeacherConfig:
     min_steps: int = 0  # at least this many optimizer steps: a small partition gets more epochs
     augment_shift: int = 0  # translate each training batch by up to this many pixels (a few hundred labels
     # go further; 0: off)
+    init: str | None = None  # start from this encoder's weights (`dpdistill pretrain`), not random ones
     seed: int = 0
     device: str = "cpu"
 
 
 def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr: float, total_steps: int,
-                     seed: int, device: torch.device
+                     seed: int, device: torch.device, init: str | None = None
                      ) -> tuple[Classifier, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """A seeded new classifier with Adam, its learning rate decayed by a cosine to zero over `total_steps`: the
-    recipe of every supervised and semi-supervised training here."""
+    """A seeded new classifier (random, or a copy of the pretrained encoder at `init`) with Adam, its learning
+    rate decayed by a cosine to zero over `total_steps`: the recipe of every supervised and semi-supervised
+    training here."""
     torch.manual_seed(seed)
-    model = build_classifier(arch, in_shape, num_classes).to(device)
+    model = build_classifier(arch, in_shape, num_classes)
+    if init is not None:
+        model.load_state_dict(load_encoder(Path(init), arch, in_shape, num_classes).state_dict())
+    model = model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     return model, optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+
+def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int) -> Classifier:
+    """The pretrained encoder at `directory`, refused unless it is the architecture about to be trained."""
+    encoder, meta = load_classifier(directory, ENCODER, kind="encoder")
+    found = (meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]))
+    if found != (arch, tuple(in_shape), num_classes):
+        raise ConfigError(f"the encoder at {directory} is {found[0]!r} for inputs {found[1]} and {found[2]} classes; "
+                          f"this training needs {arch!r} for {tuple(in_shape)} and {num_classes}: pretrain one "
+                          f"with `dpdistill pretrain --arch {arch}` on images of that shape")
+    return encoder
 
 
 def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Callable[[dict], None] | None = None,
@@ -48,7 +67,7 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Cal
     steps_per_epoch = -(-len(dataset.x_train) // config.batch_size)
     epochs = max(config.epochs, -(-config.min_steps // steps_per_epoch))
     model, optimizer, schedule = fresh_classifier(config.arch, dataset.input_shape, dataset.num_classes, config.lr,
-                                                  epochs * steps_per_epoch, config.seed, device)
+                                                  epochs * steps_per_epoch, config.seed, device, config.init)
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
     history = []
