@@ -222,8 +222,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     # The same answers, the cnn student trained by consistency (FixMatch) on them and the unlabelled public pool.
     runs += [pate_row(f"{best[epsilon][0]}-fixmatch-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
                       "student, consistency training", dataset, epsilon, queries, headline_seeds, best[epsilon][1],
-                      "--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
-                      "--self-training-rounds", "0")
+                      *FIXMATCH_STUDENT)
              for epsilon, queries in PATE_QUERIES]
     # Contrastive pretraining on the public pool (public, so free): M = 250's members and the epsilon-1 student
     # start from it instead of random weights.
@@ -234,12 +233,27 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     runs.append(Run(pretrained, "teacher ensemble (mean probability), members from the encoder, shifted images",
                     dataset, ("--partitions", str(largest), "--epochs", "5", *shift), command="train-teacher",
                     quick_args=("--epochs", "1", "--min-steps", "10"), encoder=encoder))
-    runs.append(dataclasses.replace(
-        pate_row(f"pate-{largest}-pretrained-fixmatch-eps1-q200-{dataset}", "PATE on public images, cnn student "
-                 "from the encoder, consistency training", dataset, "1", 200, headline_seeds, pretrained,
-                 "--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
-                 "--self-training-rounds", "0"), encoder=encoder))
+    from_encoder = "cnn student from the encoder, consistency training"
+    runs += [dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-eps{epsilon}-q{queries}-{dataset}",
+                                          f"PATE on public images, {from_encoder}", dataset, epsilon, queries,
+                                          seeds, pretrained, *FIXMATCH_STUDENT), encoder=encoder)
+             for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, 1))]
+    # Members as linear heads on the frozen encoder: M = 1000 trains in a minute (separate networks: hours), and
+    # its votes lead by more, so epsilon 1 affords more answers.
+    heads = f"teachers-{HEAD_MEMBERS}-heads-{dataset}"
+    runs.append(Run(heads, "teacher ensemble (mean probability), linear heads on the frozen encoder", dataset,
+                    ("--partitions", str(HEAD_MEMBERS), "--heads-only", "--lr", "0.01", "--weight-decay", "0.01"),
+                    command="train-teacher", quick_args=("--min-steps", "10"), encoder=encoder))
+    runs += [dataclasses.replace(pate_row(f"pate-{HEAD_MEMBERS}-heads-fixmatch-eps1-q{queries}-{dataset}",
+                                          f"PATE on public images, M = {HEAD_MEMBERS} heads, {from_encoder}",
+                                          dataset, "1", queries, seeds, heads, *FIXMATCH_STUDENT), encoder=encoder)
+             for queries, seeds in ((500, headline_seeds), (1000, 1))]
     return runs
+
+
+FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
+                    "--self-training-rounds", "0")
+HEAD_MEMBERS = 1000
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,

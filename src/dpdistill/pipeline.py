@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from safetensors.torch import save_file
 
 from dpdistill import __version__
@@ -25,9 +25,10 @@ from dpdistill.evaluation.metrics import accuracy, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
-from dpdistill.models.ensemble import TeacherEnsemble, load_teacher, member_directory, write_ensemble_description
+from dpdistill.models.ensemble import (HeadEnsemble, MemberEnsemble, TeacherEnsemble, load_teacher,
+                                       member_directory, save_head_ensemble, write_ensemble_description)
 from dpdistill.reporting.report import write_json, write_transcription_report
-from dpdistill.training.teacher import TeacherConfig, train_classifier
+from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
     from dpdistill.training.self_supervised import ContrastiveConfig
@@ -94,6 +95,9 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
     parts = partition_indices(dataset.y_train, partitions, alpha, config.seed)
+    partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
+    if config.heads_only:  # a minute of work: nothing to resume
+        return _train_head_ensemble(dataset, dataset_name, out_dir, config, parts, partition, progress)
     if not resume:
         state.mkdir(parents=True)
         write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
@@ -117,29 +121,62 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         members.append(record)
         if progress:
             progress(record)
-    partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
     # Kept in ensemble.json: M forward passes over the test split cost minutes, and every transcription reports it
     started = time.perf_counter()
-    test_accuracy, vote_accuracy = _ensemble_accuracies(TeacherEnsemble(models).eval(), dataset, config.device)
+    test_accuracy, vote_accuracy, _ = _ensemble_accuracies(MemberEnsemble(models).eval(), dataset, config.device)
     evaluation_seconds = time.perf_counter() - started
     write_ensemble_description(out_dir, partitions, {"partition": partition, "dataset": dataset_name,
                                                      "arch": config.arch, "test_accuracy": test_accuracy})
-    member_accuracies = [member["test_accuracy"] for member in members]
-    report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
-              "ensemble": {"members": partitions, "partition": partition},
-              "accuracy": {"teacher": test_accuracy,
-                           "plurality_vote": vote_accuracy,
-                           "member_mean": sum(member_accuracies) / partitions,
-                           "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
-              "members": members, "seed": config.seed,
-              # the members' own times (also those trained before an interruption) and the ensemble's evaluation
-              "timing": {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
-                         "evaluation_seconds": evaluation_seconds},
-              "privacy": {"guarantee": "none: these are the private models that dpdistill converts; one private "
-                                       "example is in exactly one member's partition"}}
+    # the members' own times (also those trained before an interruption) and the ensemble's evaluation
+    timing = {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
+              "evaluation_seconds": evaluation_seconds}
+    report = _ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing)
     write_json(out_dir / "report.json", report)
     shutil.rmtree(state)
     return report
+
+
+def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path, config: TeacherConfig,
+                         parts: list[Tensor], partition: dict, progress: Progress | None) -> dict:
+    """Members as linear heads on the frozen encoder `config.init`: the training split's features once, then
+    all heads at once (training/teacher.train_heads)."""
+    started = time.perf_counter()
+    encoder = load_encoder(Path(str(config.init)), config.arch, dataset.input_shape, dataset.num_classes)
+    encoder = encoder.to(config.device).eval()
+    with torch.inference_mode():
+        features = torch.cat([encoder.features(dataset.x_train[i:i + 1024].to(config.device)).cpu()
+                              for i in range(0, len(dataset.x_train), 1024)])
+    weight, bias, training = train_heads(features, dataset.y_train, parts, dataset.num_classes, config, progress)
+    ensemble = HeadEnsemble(encoder, weight, bias).eval()
+    training_seconds = time.perf_counter() - started
+    test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
+    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
+                       {"partition": partition, "dataset": dataset_name, "arch": config.arch,
+                        "test_accuracy": test_accuracy})
+    members = [{"member": index + 1, "examples": len(part), "test_accuracy": member_accuracy}
+               for index, (part, member_accuracy) in enumerate(zip(parts, member_accuracies.tolist()))]
+    timing = {"wall_seconds": time.perf_counter() - started, "training_seconds": training_seconds,
+              "evaluation_seconds": time.perf_counter() - started - training_seconds}
+    report = {**_ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing),
+              "history": training["history"]}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _ensemble_report(dataset: ImageDataset, config: TeacherConfig, partition: dict, members: list[dict],
+                     test_accuracy: float, vote_accuracy: float, timing: dict) -> dict:
+    member_accuracies = [member["test_accuracy"] for member in members]
+    layout = "linear heads on the frozen encoder " + str(config.init) if config.heads_only else "separate networks"
+    return {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
+            "ensemble": {"members": len(members), "partition": partition, "layout": layout},
+            "accuracy": {"teacher": test_accuracy,
+                         "plurality_vote": vote_accuracy,
+                         "member_mean": sum(member_accuracies) / len(members),
+                         "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
+            "members": members, "seed": config.seed, "timing": timing,
+            "privacy": {"guarantee": "none: these are the private models that dpdistill converts; one private "
+                                     "example is in exactly one member's partition"}}
 
 
 def interrupted_ensemble(out_dir: Path) -> dict | None:
@@ -149,16 +186,20 @@ def interrupted_ensemble(out_dir: Path) -> dict | None:
 
 
 @torch.inference_mode()
-def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str) -> tuple[float, float]:
-    """Test accuracy of the members' mean probability and of their plurality vote (what label-mode aggregation
-    counts, before noise), from one pass of every member over the test split."""
+def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str
+                         ) -> tuple[float, float, Tensor]:
+    """Test accuracy of the members' mean probability, of their plurality vote (what label-mode aggregation
+    counts, before noise) and of each member, from one pass of every member over the test split."""
     ensemble.to(device)
-    mean, vote = [], []
+    mean, vote, member_correct = [], [], torch.zeros(len(ensemble))
     for i in range(0, len(dataset.x_test), 1024):
         member_logits = ensemble.member_logits(dataset.x_test[i:i + 1024].to(device))
         mean.append(ensemble.combine(member_logits).argmax(1).cpu())
         vote.append(F.one_hot(member_logits.argmax(-1), dataset.num_classes).sum(0).argmax(1).cpu())
-    return tuple((torch.cat(predictions) == dataset.y_test).float().mean().item() for predictions in (mean, vote))
+        member_correct += (member_logits.argmax(-1).cpu() == dataset.y_test[i:i + 1024]).sum(1)
+    mean_accuracy, vote_accuracy = ((torch.cat(predictions) == dataset.y_test).float().mean().item()
+                                    for predictions in (mean, vote))
+    return mean_accuracy, vote_accuracy, member_correct / len(dataset.y_test)
 
 
 def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:

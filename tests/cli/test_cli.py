@@ -113,11 +113,13 @@ def test_train_an_ensemble_and_transcribe_it(tmp_path: Path):
 
 @pytest.mark.parametrize("extra, message", [(("--dirichlet-alpha", "0.5"), "--partitions > 1"),
                                             (("--partitions", "2000"), "cannot fill"),
-                                            (("--partitions", "3", "--resume"), "nothing to resume")])
+                                            (("--partitions", "3", "--resume"), "nothing to resume"),
+                                            (("--heads-only", "--init", "encoder"), "--partitions > 1"),
+                                            (("--partitions", "3", "--heads-only"), "give one with --init")])
 def test_impossible_ensembles_are_refused(tmp_path: Path, extra, message):
     result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, *extra)
     assert result.exit_code == 2
-    assert message in result.output
+    assert message in " ".join(result.output.split())
 
 
 def _train_private(out: Path, *extra: str):
@@ -223,3 +225,11 @@ def test_pretrain_then_start_an_ensemble_and_a_pate_student_from_the_encoder(dig
     # An encoder is not a teacher.
     refused = invoke("transcribe", "--teacher", tmp_path / "encoder", "--epsilon", "10", "--out", tmp_path / "t")
     assert refused.exit_code == 2, refused.output
+    # Members as heads on the frozen encoder, asked by PATE like any ensemble.
+    heads = invoke("train-teacher", "--dataset", "digits", "--partitions", "3", "--min-steps", "20", "--heads-only",
+                   "--lr", "0.05", "--init", tmp_path / "encoder", "--out", tmp_path / "heads")
+    assert heads.exit_code == 0 and "ensemble of 3" in heads.output, heads.output
+    answered = invoke("pate", "--teacher", tmp_path / "heads", "--epsilon", "10", "--queries", "50", "--public-size",
+                      "200", "--min-steps", "5", "--self-training-rounds", "0", "--out", tmp_path / "pate-heads")
+    assert answered.exit_code == 0, answered.output
+    assert json.loads((tmp_path / "pate-heads" / "report.json").read_text())["privacy"]["teachers"] == 3

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.checkpoint import load_classifier
-from dpdistill.models.ensemble import ENSEMBLE_FILE, TeacherEnsemble, load_teacher, member_directory
+from dpdistill.models.ensemble import (ENSEMBLE_FILE, HEADS, HeadEnsemble, MemberEnsemble, TeacherEnsemble,
+                                       load_teacher, member_directory)
 from dpdistill import pipeline
 from dpdistill.pipeline import train_teacher_ensemble
 from dpdistill.training.teacher import TeacherConfig, train_classifier
@@ -18,7 +19,8 @@ from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ensemble: Path):
     report = json.loads((digits_ensemble / "report.json").read_text())
-    assert report["ensemble"] == {"members": 4, "partition": {"scheme": "iid", "alpha": None, "seed": 0}}
+    assert report["ensemble"] == {"members": 4, "partition": {"scheme": "iid", "alpha": None, "seed": 0},
+                                  "layout": "separate networks"}
     assert sum(member["examples"] for member in report["members"]) == 1437  # the whole digits training split
     accuracy = report["accuracy"]
     assert accuracy["member_min"] > 0.5 and accuracy["teacher"] >= accuracy["member_mean"] - 0.02
@@ -54,7 +56,7 @@ def test_a_broken_ensemble_is_a_clear_error(digits_ensemble: Path, tmp_path: Pat
 
 def test_ensemble_forward_is_the_log_of_the_mean_probability():
     members = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3)) for _ in range(3)]
-    ensemble = TeacherEnsemble(members)  # type: ignore[arg-type]
+    ensemble = MemberEnsemble(members)  # type: ignore[arg-type]
     x = torch.randn(2, 1, 2, 2)
     expected = torch.log(torch.stack([F.softmax(m(x), -1) for m in members]).mean(0))
     assert torch.allclose(ensemble(x), expected, atol=1e-6)
@@ -94,3 +96,48 @@ def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member
     assert not (out / "resume").exists()
     with pytest.raises(ConfigError, match="nothing to resume"):
         train_teacher_ensemble("digits", out, config, 3, resume=True)
+
+
+@pytest.fixture(scope="module")
+def digits_heads(digits_encoder: Path, tmp_path_factory) -> Path:
+    """Four linear heads on the frozen digits encoder, one per IID quarter of the training split."""
+    directory = tmp_path_factory.mktemp("heads")
+    config = TeacherConfig(lr=0.05, min_steps=100, weight_decay=1e-3, init=str(digits_encoder), heads_only=True)
+    train_teacher_ensemble("digits", directory, config, 4)
+    return directory
+
+
+def test_heads_on_a_frozen_encoder_train_as_an_ensemble(digits_heads: Path, digits_encoder: Path):
+    report = json.loads((digits_heads / "report.json").read_text())
+    assert report["ensemble"]["members"] == 4 and "frozen encoder" in report["ensemble"]["layout"]
+    assert sum(member["examples"] for member in report["members"]) == 1437
+    accuracy = report["accuracy"]
+    assert accuracy["member_min"] > 0.5 and accuracy["plurality_vote"] > 0.6
+    ensemble, meta = load_teacher(digits_heads)
+    assert isinstance(ensemble, HeadEnsemble) and len(ensemble) == 4 and meta["kind"] == "head-ensemble"
+    encoder, _ = load_classifier(digits_encoder, "encoder", kind="encoder")
+    images = torch.randn(5, 1, 8, 8)
+    with torch.no_grad():
+        features = encoder.features(images)  # the encoder is saved along, unchanged
+        assert torch.allclose(ensemble.member_logits(images)[2], features @ ensemble.weight[2] + ensemble.bias[2],
+                              atol=1e-5)
+        mean_probability = F.softmax(ensemble.member_logits(images), -1).mean(0)
+        assert torch.allclose(ensemble(images).exp(), mean_probability, atol=1e-6)
+
+
+def test_a_broken_head_ensemble_is_a_clear_error(digits_heads: Path, tmp_path: Path):
+    for name in (ENSEMBLE_FILE, f"{HEADS}.json", f"{HEADS}.safetensors"):
+        (tmp_path / name).write_bytes((digits_heads / name).read_bytes())
+    description = json.loads((tmp_path / ENSEMBLE_FILE).read_text())
+    (tmp_path / ENSEMBLE_FILE).write_text(json.dumps({**description, "members": 5}))
+    with pytest.raises(CheckpointError, match="announces 5 members"):
+        load_teacher(tmp_path)
+    (tmp_path / ENSEMBLE_FILE).write_text(json.dumps(description))
+    meta = json.loads((tmp_path / f"{HEADS}.json").read_text())
+    (tmp_path / f"{HEADS}.json").write_text(json.dumps({**meta, "members": 3}))
+    with pytest.raises(CheckpointError, match="wrong shape"):
+        load_teacher(tmp_path)
+    (tmp_path / f"{HEADS}.json").write_text(json.dumps(meta))
+    (tmp_path / f"{HEADS}.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        load_teacher(tmp_path)

@@ -1,5 +1,6 @@
 """Supervised training: the augmentation option reaches every batch, and only when asked for; a pretrained
-encoder is the starting point only when it fits."""
+encoder is the starting point only when it fits; heads on frozen features each learn from their own partition
+alone."""
 
 import dataclasses
 from pathlib import Path
@@ -52,3 +53,48 @@ def test_a_trained_classifier_is_not_an_encoder(digits_teacher: Path, tmp_path: 
         (tmp_path / name.replace("model", ENCODER)).write_bytes((digits_teacher / name).read_bytes())
     with pytest.raises(CheckpointError, match="holds a classifier, not an encoder"):
         fresh_classifier("cnn", (1, 8, 8), 10, 1e-3, 10, seed=0, device=torch.device("cpu"), init=str(tmp_path))
+
+
+def _blobs(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three well-separated Gaussian clusters in 6 dimensions: features a linear head can tell apart."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(count) % 3
+    centres = torch.eye(6)[:3] * 4
+    return centres[labels] + torch.randn(count, 6, generator=generator), labels
+
+
+def test_heads_learn_their_partition_and_only_their_partition():
+    features, labels = _blobs(90, seed=0)
+    parts = [torch.arange(0, 30), torch.arange(30, 60), torch.arange(60, 90)]
+    config = TeacherConfig(lr=0.05, min_steps=100, init="encoder", heads_only=True)
+    weight, bias, report = teacher.train_heads(features, labels, parts, 3, config)
+    assert weight.shape == (3, 6, 3) and bias.shape == (3, 3)
+    test_features, test_labels = _blobs(300, seed=1)
+    for head in range(3):  # each head alone separates the clusters
+        predictions = (test_features @ weight[head] + bias[head]).argmax(1)
+        assert (predictions == test_labels).float().mean() > 0.9
+    assert report["history"][-1]["loss"] < report["history"][0]["loss"]
+    # One example of partition 1 changed: head 1 moves, the other heads are exactly the same.
+    changed_features, changed_labels = features.clone(), labels.clone()
+    changed_features[40], changed_labels[40] = torch.full((6,), 9.0), (labels[40] + 1) % 3
+    changed_weight, changed_bias, _ = teacher.train_heads(changed_features, changed_labels, parts, 3, config)
+    assert not torch.equal(changed_weight[1], weight[1])
+    for head in (0, 2):
+        assert torch.equal(changed_weight[head], weight[head]) and torch.equal(changed_bias[head], bias[head])
+
+
+def test_heads_of_unequal_partitions_ignore_the_padding():
+    features, labels = _blobs(40, seed=2)
+    config = TeacherConfig(lr=0.05, min_steps=20, init="encoder", heads_only=True)
+    together, _, _ = teacher.train_heads(features, labels, [torch.arange(0, 10), torch.arange(10, 40)], 3, config)
+    alone, _, _ = teacher.train_heads(features, labels, [torch.arange(0, 10)], 3, config)
+    assert torch.allclose(together[0], alone[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("options, message", [({"heads_only": True}, "give one with --init"),
+                                              ({"heads_only": True, "init": "e", "augment_shift": 2},
+                                               "drop --augment-shift"),
+                                              ({"weight_decay": -1.0}, "weight-decay must be at least 0")])
+def test_impossible_teacher_settings_are_refused(options, message):
+    with pytest.raises(ConfigError, match=message):
+        TeacherConfig(**options)

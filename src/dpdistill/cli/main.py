@@ -114,6 +114,10 @@ def train_teacher_command(
                                                      "(0: off; small partitions gain about a point)"),
     init: Optional[Path] = typer.Option(None, help="start every teacher from this pretrained encoder's weights "
                                                    "(a `dpdistill pretrain` directory) instead of random ones"),
+    heads_only: bool = typer.Option(False, help="ensemble members are linear heads on the frozen --init encoder, "
+                                                "all trained at once (full batch, max(epochs, min-steps) steps): "
+                                                "thousands of members in a minute"),
+    weight_decay: float = typer.Option(0.0, min=0.0, help="L2 penalty of Adam"),
     seed: int = SEED,
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
@@ -124,14 +128,15 @@ def train_teacher_command(
     from dpdistill.training.teacher import TeacherConfig
 
     config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps,
-                           augment_shift=augment_shift, init=None if init is None else str(init), seed=seed,
-                           device=device)
-    if partitions == 1 and dirichlet_alpha is not None:
-        raise typer.BadParameter("--dirichlet-alpha splits an ensemble's data: use it with --partitions > 1")
+                           augment_shift=augment_shift, init=None if init is None else str(init),
+                           heads_only=heads_only, weight_decay=weight_decay, seed=seed, device=device)
+    if partitions == 1 and (dirichlet_alpha is not None or heads_only):
+        raise typer.BadParameter("--dirichlet-alpha and --heads-only shape an ensemble: use them with --partitions > 1")
     if partitions > 1 or resume:
         plan = interrupted_ensemble(out) if resume else None
         partitions = plan["partitions"] if plan else partitions
-        bar, update = _progress_bar(partitions, f"{partitions} teachers on {dataset}")
+        bar, update = (_progress_bar(max(epochs, min_steps), f"{partitions} heads on {dataset}, step") if heads_only
+                       else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
         with bar:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume)
         accuracy = report["accuracy"]

@@ -3,8 +3,9 @@
 A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (name "model") also holds
 `meta.json`, the same description under the name the product documents.
 
-The JSON description ("meta") holds `kind` ("classifier", "encoder" or "generator") and what rebuilds the model:
-`arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (`arch` may be a user's
+The JSON description ("meta") holds `kind` ("classifier", "encoder", "head-ensemble" or "generator") and what
+rebuilds the model: `arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (a head
+ensemble adds `members` and `feature_dim`) (`arch` may be a user's
 `module.path:callable`, re-imported on load); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
@@ -112,27 +113,35 @@ def _build(directory: Path, name: str, build: Callable[[], nn.Module]) -> Any:
                               f"built: {error}") from error
 
 
+def load_module(directory: Path, name: str, kind: str, build: Callable[[dict[str, Any]], nn.Module]
+                ) -> tuple[Any, dict[str, Any]]:
+    """The saved `kind` model `name` in eval mode, rebuilt by `build(meta)` and refused unless its weights fit."""
+    meta = _read_meta(directory, name)
+    _check_kind(meta, kind, directory, name)
+    model = _build(directory, name, lambda: build(meta))
+    _load_weights(directory, name, model, str(meta.get("arch", kind)))
+    return model.eval(), meta
+
+
 def load_classifier(directory: Path, name: str = TEACHER, kind: str = "classifier"
                     ) -> tuple[Classifier, dict[str, Any]]:
     """A saved classifier in eval mode, with its description; `kind` "encoder" for a pretrained starting point
     (a classifier whose head was never trained, which commands that want a trained model refuse)."""
-    meta = _read_meta(directory, name)
-    _check_kind(meta, kind, directory, name)
-    model: Classifier = _build(directory, name, lambda: build_classifier(
-        meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]), **meta.get("arch_options", {})))
+    return load_module(directory, name, kind, rebuild_classifier)
+
+
+def rebuild_classifier(meta: dict[str, Any]) -> Classifier:
+    """The untrained classifier a description names (made per-example for Opacus where it was trained so)."""
+    model = build_classifier(meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]),
+                             **meta.get("arch_options", {}))
     if meta.get("opacus_fixed"):
         from opacus.validators import ModuleValidator  # only such checkpoints need Opacus
 
         model = ModuleValidator.fix(model)
-    _load_weights(directory, name, model, meta["arch"])
-    return model.eval(), meta
+    return model
 
 
 def load_generator(directory: Path, name: str = "generator") -> tuple[Generator, dict[str, Any]]:
     """A saved generator in eval mode, with its description."""
-    meta = _read_meta(directory, name)
-    _check_kind(meta, "generator", directory, name)
-    model: Generator = _build(directory, name, lambda: build_generator(
+    return load_module(directory, name, "generator", lambda meta: build_generator(
         meta["latent_dim"], tuple(meta["out_shape"]), tuple(meta["width"])))
-    _load_weights(directory, name, model, "generator")
-    return model.eval(), meta

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
@@ -29,8 +30,20 @@ class TeacherConfig:
     augment_shift: int = 0  # translate each training batch by up to this many pixels (a few hundred labels
     # go further; 0: off)
     init: str | None = None  # start from this encoder's weights (`dpdistill pretrain`), not random ones
+    heads_only: bool = False  # an ensemble's members are linear heads on the frozen encoder `init` (train_heads)
+    weight_decay: float = 0.0
     seed: int = 0
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.heads_only and self.init is None:
+            raise ConfigError("heads-only members sit on a frozen pretrained encoder: give one with --init "
+                              "(`dpdistill pretrain` makes it)")
+        if self.heads_only and self.augment_shift:
+            raise ConfigError("heads-only members learn from the features of the training images as they are "
+                              "(computed once): drop --augment-shift")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight-decay must be at least 0, got {self.weight_decay}")
 
 
 def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr: float, total_steps: int,
@@ -44,8 +57,49 @@ def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr:
     if init is not None:
         model.load_state_dict(load_encoder(Path(init), arch, in_shape, num_classes).state_dict())
     model = model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    return model, optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+    return model, *_adam_with_cosine(list(model.parameters()), lr, 0.0, total_steps)
+
+
+def _adam_with_cosine(parameters: list[torch.Tensor], lr: float, weight_decay: float, total_steps: int
+                      ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    optimizer = torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay)
+    return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+
+def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_classes: int, config: TeacherConfig,
+                progress: Callable[[dict], None] | None = None) -> tuple[Tensor, Tensor, dict]:
+    """One linear head per partition on frozen `features` (N, F), all trained at once: weight (M, F, classes)
+    and bias (M, classes), with the report's loss history and wall time.
+
+    Full-batch Adam with cosine decay for max(epochs, min_steps) steps. The loss is the sum over heads of each
+    head's mean cross-entropy on its own partition (padding masked out), and Adam works weight by weight, so a
+    head's training reads its partition only: one example changes one head, as with separate members."""
+    device = torch.device(config.device)
+    size = max(len(part) for part in parts)
+    index = torch.zeros(len(parts), size, dtype=torch.long)
+    present = torch.zeros(len(parts), size, dtype=torch.bool)
+    for member, part in enumerate(parts):
+        index[member, :len(part)], present[member, :len(part)] = part, True
+    inputs, targets, present = features[index].to(device), labels[index].to(device), present.to(device)
+    counts = present.sum(1).clamp(min=1)
+    weight = torch.zeros(len(parts), features.shape[1], num_classes, device=device, requires_grad=True)
+    bias = torch.zeros(len(parts), num_classes, device=device, requires_grad=True)
+    steps = max(config.epochs, config.min_steps)
+    optimizer, schedule = _adam_with_cosine([weight, bias], config.lr, config.weight_decay, steps)
+    started, history = time.perf_counter(), []
+    for step in range(1, steps + 1):
+        logits = torch.baddbmm(bias[:, None], inputs, weight)
+        losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(present)
+        loss = ((losses * present).sum(1) / counts).sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        if step % 50 == 0 or step == steps:
+            history.append({"step": step, "loss": loss.item() / len(parts)})
+            if progress:
+                progress(history[-1])
+    return weight.detach(), bias.detach(), {"history": history, "wall_seconds": time.perf_counter() - started}
 
 
 def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int) -> Classifier:
