@@ -237,23 +237,26 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     runs += [dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-eps{epsilon}-q{queries}-{dataset}",
                                           f"PATE on public images, {from_encoder}", dataset, epsilon, queries,
                                           seeds, pretrained, *FIXMATCH_STUDENT), encoder=encoder)
-             for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, 1))]
+             for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, headline_seeds))]
     # Members as linear heads on the frozen encoder: M = 1000 trains in a minute (separate networks: hours), and
-    # its votes lead by more, so epsilon 1 affords more answers.
-    heads = f"teachers-{HEAD_MEMBERS}-heads-{dataset}"
-    runs.append(Run(heads, "teacher ensemble (mean probability), linear heads on the frozen encoder", dataset,
-                    ("--partitions", str(HEAD_MEMBERS), "--heads-only", "--lr", "0.01", "--weight-decay", "0.01"),
-                    command="train-teacher", quick_args=("--min-steps", "10"), encoder=encoder))
-    runs += [dataclasses.replace(pate_row(f"pate-{HEAD_MEMBERS}-heads-fixmatch-eps1-q{queries}-{dataset}",
-                                          f"PATE on public images, M = {HEAD_MEMBERS} heads, {from_encoder}",
-                                          dataset, "1", queries, seeds, heads, *FIXMATCH_STUDENT), encoder=encoder)
-             for queries, seeds in ((500, headline_seeds), (1000, 1))]
+    # its votes lead by more, so epsilon 1 affords more answers; M = 500, stronger members and fewer answers.
+    for members, answers in HEAD_ENSEMBLES:
+        heads = f"teachers-{members}-heads-{dataset}"
+        runs.append(Run(heads, "teacher ensemble (mean probability), linear heads on the frozen encoder", dataset,
+                        ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay", "0.01"),
+                        command="train-teacher", quick_args=("--min-steps", "10"), encoder=encoder))
+        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads-fixmatch-eps1-q{queries}-{dataset}",
+                                              f"PATE on public images, M = {members} heads, {from_encoder}",
+                                              dataset, "1", queries, headline_seeds if headline else 1, heads,
+                                              *FIXMATCH_STUDENT), encoder=encoder)
+                 for queries, headline in answers]
     return runs
 
 
 FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
                     "--self-training-rounds", "0")
-HEAD_MEMBERS = 1000
+# (members, ((answers at epsilon 1, whether a headline row over all seeds), ...))
+HEAD_ENSEMBLES = ((1000, ((500, True), (1000, False))), (500, ((300, False),)))
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,
