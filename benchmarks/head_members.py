@@ -17,12 +17,14 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from dpdistill.data import load_dataset
 from dpdistill.data.partition import partition_indices
+from dpdistill.evaluation.metrics import features
 from dpdistill.methods.pate import PateConfig
+from dpdistill.models.ensemble import HeadEnsemble, plurality_counts
 from dpdistill.privacy.budget import plan_privacy
+from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_heads
 
 PUBLIC = 5000
@@ -31,11 +33,9 @@ ANSWERS = (200, 500, 1000, 2000)
 
 def main(encoder_dir: Path) -> None:
     dataset = load_dataset("fmnist")
-    encoder = load_encoder(encoder_dir, "cnn", dataset.input_shape, dataset.num_classes).eval()
-    with torch.inference_mode():
-        features = {name: torch.cat([encoder.features(images[i:i + 1024]) for i in range(0, len(images), 1024)])
-                    for name, images in (("train", dataset.x_train), ("test", dataset.x_test))}
-    public, measured = features["test"][:PUBLIC], features["test"][PUBLIC:]
+    encoder = load_encoder(encoder_dir, "cnn", dataset.input_shape, dataset.num_classes)
+    train_features, test_features = features(encoder, dataset.x_train), features(encoder, dataset.x_test)
+    public, measured = test_features[:PUBLIC], test_features[PUBLIC:]
     public_labels, measured_labels = dataset.y_test[:PUBLIC], dataset.y_test[PUBLIC:]
     sigmas = {(epsilon, count): plan_privacy(PateConfig(epsilon=epsilon).privacy_request(2, 10), 10, count, 1).sigma
               for epsilon in (1.0, 10.0) for count in ANSWERS}
@@ -43,16 +43,18 @@ def main(encoder_dir: Path) -> None:
     for members in (1, 250, 500, 1000, 2000):
         started = time.perf_counter()
         parts = partition_indices(dataset.y_train, members, None, 0)
-        weight, bias, _ = train_heads(features["train"], dataset.y_train, parts, dataset.num_classes, config)
-        votes = {name: (torch.einsum("nf,mfc->mnc", inputs, weight) + bias[:, None]).argmax(-1)
-                 for name, inputs in (("public", public), ("measured", measured))}
-        member_mean = (votes["measured"] == measured_labels).float().mean().item()
-        plurality = F.one_hot(votes["measured"], 10).sum(0).argmax(1)
-        counts = F.one_hot(votes["public"], 10).sum(0).float()
+        weight, bias, _ = train_heads(train_features, dataset.y_train, parts, dataset.num_classes, config)
+        heads = HeadEnsemble(encoder, weight, bias)
+        with torch.no_grad():
+            measured_logits, public_logits = heads.head_logits(measured), heads.head_logits(public)
+        member_mean = (measured_logits.argmax(-1) == measured_labels).float().mean().item()
+        plurality = plurality_counts(measured_logits, 10).argmax(1)
+        counts = plurality_counts(public_logits, 10)
+        every_class = torch.ones_like(counts, dtype=torch.bool)
         right = []
         for (epsilon, count), sigma in sigmas.items():
             generator = torch.Generator().manual_seed(0)
-            draws = [((counts[:count] + sigma * torch.randn(count, 10, generator=generator)).argmax(1)
+            draws = [(noisy_votes(counts[:count], every_class[:count], sigma, generator).argmax(1)
                       == public_labels[:count]).float().mean().item() for _ in range(5)]
             right.append(f"eps {epsilon:g}, {count}: {100 * sum(draws) / 5:.1f}%")
         print(f"M={members}: members {100 * member_mean:.2f}%, plurality "

@@ -21,12 +21,13 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import partition_indices
 from dpdistill.errors import ConfigError, DatasetError
-from dpdistill.evaluation.metrics import accuracy, predict
+from dpdistill.evaluation.metrics import accuracy, features, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.ensemble import (HeadEnsemble, MemberEnsemble, TeacherEnsemble, load_teacher,
-                                       member_directory, save_head_ensemble, write_ensemble_description)
+                                       member_directory, plurality_counts, save_head_ensemble,
+                                       write_ensemble_description)
 from dpdistill.reporting.report import write_json, write_transcription_report
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
 
@@ -142,11 +143,10 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     all heads at once (training/teacher.train_heads)."""
     started = time.perf_counter()
     encoder = load_encoder(Path(str(config.init)), config.arch, dataset.input_shape, dataset.num_classes)
-    encoder = encoder.to(config.device).eval()
-    with torch.inference_mode():
-        features = torch.cat([encoder.features(dataset.x_train[i:i + 1024].to(config.device)).cpu()
-                              for i in range(0, len(dataset.x_train), 1024)])
-    weight, bias, training = train_heads(features, dataset.y_train, parts, dataset.num_classes, config, progress)
+    encoder = encoder.to(config.device)
+    train_features = features(encoder, dataset.x_train, device=config.device)
+    weight, bias, training = train_heads(train_features, dataset.y_train, parts, dataset.num_classes, config,
+                                         progress)
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
     training_seconds = time.perf_counter() - started
     test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
@@ -156,8 +156,9 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
                         "test_accuracy": test_accuracy})
     members = [{"member": index + 1, "examples": len(part), "test_accuracy": member_accuracy}
                for index, (part, member_accuracy) in enumerate(zip(parts, member_accuracies.tolist()))]
-    timing = {"wall_seconds": time.perf_counter() - started, "training_seconds": training_seconds,
-              "evaluation_seconds": time.perf_counter() - started - training_seconds}
+    wall_seconds = time.perf_counter() - started
+    timing = {"wall_seconds": wall_seconds, "training_seconds": training_seconds,
+              "evaluation_seconds": wall_seconds - training_seconds}
     report = {**_ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing),
               "history": training["history"]}
     write_json(out_dir / "report.json", report)
@@ -195,7 +196,7 @@ def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, devic
     for i in range(0, len(dataset.x_test), 1024):
         member_logits = ensemble.member_logits(dataset.x_test[i:i + 1024].to(device))
         mean.append(ensemble.combine(member_logits).argmax(1).cpu())
-        vote.append(F.one_hot(member_logits.argmax(-1), dataset.num_classes).sum(0).argmax(1).cpu())
+        vote.append(plurality_counts(member_logits, dataset.num_classes).argmax(1).cpu())
         member_correct += (member_logits.argmax(-1).cpu() == dataset.y_test[i:i + 1024]).sum(1)
     mean_accuracy, vote_accuracy = ((torch.cat(predictions) == dataset.y_test).float().mean().item()
                                     for predictions in (mean, vote))

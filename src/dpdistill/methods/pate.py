@@ -32,7 +32,7 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import CheckpointError, ConfigError, DatasetError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
-from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
@@ -203,7 +203,7 @@ def vote_counts(ensemble: TeacherEnsemble, images: Tensor, num_classes: int, dev
     counts = []
     for start in range(0, len(images), batch_size):
         member_logits = ensemble.member_logits(images[start:start + batch_size].to(device))
-        counts.append(F.one_hot(member_logits.argmax(-1), num_classes).sum(0).cpu())
+        counts.append(plurality_counts(member_logits, num_classes).cpu())
     return torch.cat(counts)
 
 

@@ -4,9 +4,9 @@ A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (n
 `meta.json`, the same description under the name the product documents.
 
 The JSON description ("meta") holds `kind` ("classifier", "encoder", "head-ensemble" or "generator") and what
-rebuilds the model: `arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (a head
-ensemble adds `members` and `feature_dim`) (`arch` may be a user's
-`module.path:callable`, re-imported on load); `latent_dim`, `out_shape`, `width` for a generator. Callers add
+rebuilds the model: `arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (`arch`
+may be a user's `module.path:callable`, re-imported on load), plus `members` and `feature_dim` for a head
+ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
 """

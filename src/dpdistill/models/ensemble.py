@@ -86,7 +86,11 @@ class HeadEnsemble(TeacherEnsemble):
         return self.weight.shape[0]
 
     def member_logits(self, x: Tensor) -> Tensor:
-        return torch.einsum("nf,mfc->mnc", self.encoder.features(x), self.weight) + self.bias[:, None]
+        return self.head_logits(self.encoder.features(x))
+
+    def head_logits(self, features: Tensor) -> Tensor:
+        """(M, N, classes) from the encoder's features (N, F), for callers that computed them once."""
+        return torch.einsum("nf,mfc->mnc", features, self.weight) + self.bias[:, None]
 
 
 def save_head_ensemble(directory: Path, ensemble: HeadEnsemble, meta: dict[str, Any],
@@ -103,6 +107,11 @@ def _rebuild_head_ensemble(meta: dict[str, Any]) -> HeadEnsemble:
     members, feature_dim, classes = int(meta["members"]), int(meta["feature_dim"]), int(meta["num_classes"])
     return HeadEnsemble(rebuild_classifier(meta), torch.zeros(members, feature_dim, classes),
                         torch.zeros(members, classes))
+
+
+def plurality_counts(member_logits: Tensor, num_classes: int) -> Tensor:
+    """(N, classes) counts of the members' top classes, from `member_logits` (M, N, classes): what GNMax noises."""
+    return F.one_hot(member_logits.argmax(-1), num_classes).sum(0)
 
 
 def member_directory(directory: Path, index: int) -> Path:
