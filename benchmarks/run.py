@@ -240,23 +240,37 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
              for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, headline_seeds))]
     # Members as linear heads on the frozen encoder: M = 1000 trains in a minute (separate networks: hours), and
     # its votes lead by more, so epsilon 1 affords more answers; M = 500, stronger members and fewer answers.
-    for members, answers in HEAD_ENSEMBLES:
-        heads = f"teachers-{members}-heads-{dataset}"
-        runs.append(Run(heads, "teacher ensemble (mean probability), linear heads on the frozen encoder", dataset,
-                        ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay", "0.01"),
-                        command="train-teacher", quick_args=("--min-steps", "10"), encoder=encoder))
-        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads-fixmatch-eps1-q{queries}-{dataset}",
-                                              f"PATE on public images, M = {members} heads, {from_encoder}",
+    # "long": the same pretraining, four times as many steps (its features make better heads).
+    encoders = {"": encoder, "long": f"pretrain-long-{dataset}"}
+    runs.append(Run(encoders["long"], "contrastive pretraining on the public pool, 2,400 steps (no accuracy: an "
+                    "encoder)", dataset, ("--steps", "2400"), command="pretrain",
+                    quick_args=("--steps", "5", "--public-size", "200", "--batch-size", "32")))
+    for pretraining, members, answers in HEAD_ENSEMBLES:
+        tag, source = f"{f'-{pretraining}' if pretraining else ''}", encoders[pretraining]
+        longer = ", encoder pretrained 2,400 steps" if pretraining else ""
+        heads = f"teachers-{members}-heads{tag}-{dataset}"
+        runs.append(Run(heads, f"teacher ensemble (mean probability), linear heads on the frozen encoder{longer}",
+                        dataset, ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay",
+                                  "0.01"), command="train-teacher", quick_args=("--min-steps", "10"), encoder=source))
+        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads{tag}-fixmatch-eps1-q{queries}"
+                                              f"{f'-m{margin:g}' if margin else ''}-{dataset}",
+                                              f"PATE on public images, M = {members} heads, {from_encoder}{longer}"
+                                              f"{f', answers leading by {margin:g} sigmas' if margin else ''}",
                                               dataset, "1", queries, headline_seeds if headline else 1, heads,
-                                              *FIXMATCH_STUDENT), encoder=encoder)
-                 for queries, headline in answers]
+                                              *FIXMATCH_STUDENT, *(("--vote-margin", f"{margin:g}") if margin
+                                                                   else ())), encoder=source)
+                 for queries, margin, headline in answers]
     return runs
 
 
 FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
                     "--self-training-rounds", "0")
-# (members, ((answers at epsilon 1, whether a headline row over all seeds), ...))
-HEAD_ENSEMBLES = ((1000, ((500, True), (1000, False))), (500, ((300, False),)))
+# (pretraining: "" or "long", members, ((answers at epsilon 1, vote margin in sigmas (0: keep every answer),
+# whether a headline row over all seeds), ...)). A margin keeps the answers the noise did not decide: more
+# answers, fewer and cleaner labels.
+HEAD_ENSEMBLES = (("", 1000, ((500, 0, True), (1000, 0, False), (1000, 1.5, False))),
+                  ("", 500, ((300, 0, False),)),
+                  ("long", 1000, ((500, 0, True),)))
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,

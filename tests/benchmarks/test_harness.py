@@ -68,11 +68,14 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-250-pretrained-fixmatch-eps1-q200-fmnist",
                                           "pate-250-pretrained-fixmatch-eps10-q2000-fmnist",
                                           "teachers-1000-heads-fmnist", "pate-1000-heads-fixmatch-eps1-q500-fmnist",
-                                          "pate-1000-heads-fixmatch-eps1-q1000-fmnist", "teachers-500-heads-fmnist",
+                                          "pate-1000-heads-fixmatch-eps1-q1000-fmnist",
+                                          "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist", "teachers-500-heads-fmnist",
                                           "pate-500-heads-fixmatch-eps1-q300-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
     assert names("teachers-1000-heads-*") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
+    margin = next(run for run in runs if run.name == "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist")
+    assert margin.args[-2:] == ("--vote-margin", "1.5")
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):

@@ -86,9 +86,25 @@ def test_heads_learn_their_partition_and_only_their_partition():
 def test_heads_of_unequal_partitions_ignore_the_padding():
     features, labels = _blobs(40, seed=2)
     config = TeacherConfig(lr=0.05, min_steps=20, init="encoder", heads_only=True)
-    together, _, _ = teacher.train_heads(features, labels, [torch.arange(0, 10), torch.arange(10, 40)], 3, config)
+    # The larger partition first: heads train grouped by size and must come back in the partitions' order.
+    together, _, _ = teacher.train_heads(features, labels, [torch.arange(10, 40), torch.arange(0, 10)], 3, config)
     alone, _, _ = teacher.train_heads(features, labels, [torch.arange(0, 10)], 3, config)
-    assert torch.allclose(together[0], alone[0], atol=1e-6)
+    assert torch.allclose(together[1], alone[0], atol=1e-6)
+    assert not torch.allclose(together[0], alone[0], atol=1e-3)
+
+
+def test_heads_are_padded_only_to_the_largest_partition_of_their_group():
+    features, labels = _blobs(64 * 10 + 64 * 500, seed=3)
+    sizes = [500, 10] * 64  # unequal partitions, interleaved: one common padding would be 128 x 500 cells
+    bounds = torch.tensor([0, *sizes]).cumsum(0)
+    parts = [torch.arange(bounds[member], bounds[member + 1]) for member in range(len(sizes))]
+    order, groups = teacher._padded_groups(features, labels, parts, torch.device("cpu"))
+    assert sum(present.numel() for _, _, _, present in groups) == sum(sizes)  # no padding at all here
+    assert sorted(order.tolist()) == list(range(len(sizes)))
+    for first, inputs, targets, present in groups:  # each head reads its own partition, in order
+        for row, member in enumerate(order[first:first + len(inputs)].tolist()):
+            assert torch.equal(inputs[row][present[row]], features[parts[member]])
+            assert torch.equal(targets[row][present[row]], labels[parts[member]])
 
 
 @pytest.mark.parametrize("options, message", [({"heads_only": True}, "give one with --init"),

@@ -75,22 +75,20 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
     head's mean cross-entropy on its own partition (padding masked out), and Adam works weight by weight, so a
     head's training reads its partition only: one example changes one head, as with separate members."""
     device = torch.device(config.device)
-    size = max(len(part) for part in parts)
-    index = torch.zeros(len(parts), size, dtype=torch.long)
-    present = torch.zeros(len(parts), size, dtype=torch.bool)
-    for member, part in enumerate(parts):
-        index[member, :len(part)], present[member, :len(part)] = part, True
-    inputs, targets, present = features[index].to(device), labels[index].to(device), present.to(device)
-    counts = present.sum(1).clamp(min=1)
+    order, groups = _padded_groups(features, labels, parts, device)
+    # Heads live in `order` (grouped by partition size), so a group's heads are one slice of the weights.
     weight = torch.zeros(len(parts), features.shape[1], num_classes, device=device, requires_grad=True)
     bias = torch.zeros(len(parts), num_classes, device=device, requires_grad=True)
     steps = max(config.epochs, config.min_steps)
     optimizer, schedule = _adam_with_cosine([weight, bias], config.lr, config.weight_decay, steps)
     started, history = time.perf_counter(), []
     for step in range(1, steps + 1):
-        logits = torch.baddbmm(bias[:, None], inputs, weight)
-        losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(present)
-        loss = ((losses * present).sum(1) / counts).sum()
+        loss = torch.zeros((), device=device)
+        for first, inputs, targets, present in groups:
+            heads = slice(first, first + len(inputs))
+            logits = torch.baddbmm(bias[heads, None], inputs, weight[heads])
+            losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(present)
+            loss = loss + ((losses * present).sum(1) / present.sum(1).clamp(min=1)).sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -99,7 +97,36 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
             history.append({"step": step, "loss": loss.item() / len(parts)})
             if progress:
                 progress(history[-1])
-    return weight.detach(), bias.detach(), {"history": history, "wall_seconds": time.perf_counter() - started}
+    back = torch.argsort(order).to(device)  # from grouped order back to the partitions' order
+    return (weight.detach()[back], bias.detach()[back],
+            {"history": history, "wall_seconds": time.perf_counter() - started})
+
+
+def _padded_groups(features: Tensor, labels: Tensor, parts: list[Tensor], device: torch.device
+                   ) -> tuple[Tensor, list[tuple[int, Tensor, Tensor, Tensor]]]:
+    """The partitions ordered by size (`order`), and their features in consecutive groups, each padded to its
+    own largest partition: (first position in `order`, inputs (g, L, F), targets (g, L), present (g, L)).
+    A group closes before padding would double its cells, so equal (IID) partitions make one group and unequal
+    (Dirichlet) ones pad little, where padding all to the overall largest could need gigabytes."""
+    sizes = torch.tensor([max(1, len(part)) for part in parts])
+    order = torch.argsort(sizes, stable=True)
+    bounds, cells = [0], 0
+    for position, member in enumerate(order.tolist()):
+        cells += int(sizes[member])
+        if int(sizes[member]) * (position - bounds[-1] + 1) > 2 * cells:  # this head would double the padding
+            bounds.append(position)
+            cells = int(sizes[member])
+    bounds.append(len(parts))
+    groups = []
+    for first, stop in zip(bounds, bounds[1:]):
+        members = order[first:stop].tolist()
+        length = int(sizes[members[-1]])
+        index = torch.zeros(len(members), length, dtype=torch.long)
+        present = torch.zeros(len(members), length, dtype=torch.bool)
+        for row, member in enumerate(members):
+            index[row, :len(parts[member])], present[row, :len(parts[member])] = parts[member], True
+        groups.append((first, features[index].to(device), labels[index].to(device), present.to(device)))
+    return order, groups
 
 
 def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int) -> Classifier:
