@@ -66,14 +66,18 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-100-shift-fixmatch-eps10-q2000-fmnist", "pretrain-fmnist",
                                           "teachers-250-pretrained-fmnist",
                                           "pate-250-pretrained-fixmatch-eps1-q200-fmnist",
-                                          "pate-250-pretrained-fixmatch-eps10-q2000-fmnist",
+                                          "pate-250-pretrained-fixmatch-eps10-q2000-fmnist", "pretrain-long-fmnist",
                                           "teachers-1000-heads-fmnist", "pate-1000-heads-fixmatch-eps1-q500-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist", "teachers-500-heads-fmnist",
-                                          "pate-500-heads-fixmatch-eps1-q300-fmnist"]
+                                          "pate-500-heads-fixmatch-eps1-q300-fmnist",
+                                          "teachers-1000-heads-long-fmnist",
+                                          "pate-1000-heads-long-fixmatch-eps1-q500-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
-    assert names("teachers-1000-heads-*") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
+    assert names("teachers-1000-heads-fmnist") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
+    assert names("pate-1000-heads-long-*") == ["pretrain-long-fmnist", "teachers-1000-heads-long-fmnist",
+                                               "pate-1000-heads-long-fixmatch-eps1-q500-fmnist"]
     margin = next(run for run in runs if run.name == "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist")
     assert margin.args[-2:] == ("--vote-margin", "1.5")
 
