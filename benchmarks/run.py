@@ -246,7 +246,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                     "encoder)", dataset, ("--steps", "2400"), command="pretrain",
                     quick_args=("--steps", "5", "--public-size", "200", "--batch-size", "32")))
     for pretraining, members, answers in HEAD_ENSEMBLES:
-        tag, source = f"{f'-{pretraining}' if pretraining else ''}", encoders[pretraining]
+        tag, source = f"-{pretraining}" if pretraining else "", encoders[pretraining]
         longer = ", encoder pretrained 2,400 steps" if pretraining else ""
         heads = f"teachers-{members}-heads{tag}-{dataset}"
         runs.append(Run(heads, f"teacher ensemble (mean probability), linear heads on the frozen encoder{longer}",
