@@ -228,7 +228,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     # start from it instead of random weights.
     encoder = f"pretrain-{dataset}"
     runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset, (),
-                    command="pretrain", quick_args=("--steps", "5", "--public-size", "200", "--batch-size", "32")))
+                    command="pretrain", quick_args=PRETRAIN_QUICK))
     pretrained = f"teachers-{largest}-pretrained-{dataset}"
     runs.append(Run(pretrained, "teacher ensemble (mean probability), members from the encoder, shifted images",
                     dataset, ("--partitions", str(largest), "--epochs", "5", *shift), command="train-teacher",
@@ -244,7 +244,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     encoders = {"": encoder, "long": f"pretrain-long-{dataset}"}
     runs.append(Run(encoders["long"], "contrastive pretraining on the public pool, 2,400 steps (no accuracy: an "
                     "encoder)", dataset, ("--steps", "2400"), command="pretrain",
-                    quick_args=("--steps", "5", "--public-size", "200", "--batch-size", "32")))
+                    quick_args=PRETRAIN_QUICK))
     for pretraining, members, answers in HEAD_ENSEMBLES:
         tag, source = f"-{pretraining}" if pretraining else "", encoders[pretraining]
         longer = ", encoder pretrained 2,400 steps" if pretraining else ""
@@ -263,6 +263,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     return runs
 
 
+PRETRAIN_QUICK = ("--steps", "5", "--public-size", "200", "--batch-size", "32")
 FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
                     "--self-training-rounds", "0")
 # (pretraining: "" or "long", members, ((answers at epsilon 1, vote margin in sigmas (0: keep every answer),

@@ -99,12 +99,13 @@ def test_heads_are_padded_only_to_the_largest_partition_of_their_group():
     bounds = torch.tensor([0, *sizes]).cumsum(0)
     parts = [torch.arange(bounds[member], bounds[member + 1]) for member in range(len(sizes))]
     order, groups = teacher._padded_groups(features, labels, parts, torch.device("cpu"))
-    assert sum(present.numel() for _, _, _, present in groups) == sum(sizes)  # no padding at all here
+    assert sum(group[3].numel() for group in groups) == sum(sizes)  # no padding at all here
     assert sorted(order.tolist()) == list(range(len(sizes)))
-    for first, inputs, targets, present in groups:  # each head reads its own partition, in order
+    for first, inputs, targets, present, counts in groups:  # each head reads its own partition, in order
         for row, member in enumerate(order[first:first + len(inputs)].tolist()):
             assert torch.equal(inputs[row][present[row]], features[parts[member]])
             assert torch.equal(targets[row][present[row]], labels[parts[member]])
+            assert counts[row] == len(parts[member])
 
 
 @pytest.mark.parametrize("options, message", [({"heads_only": True}, "give one with --init"),

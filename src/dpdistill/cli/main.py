@@ -135,7 +135,7 @@ def train_teacher_command(
     if partitions > 1 or resume:
         plan = interrupted_ensemble(out) if resume else None
         partitions = plan["partitions"] if plan else partitions
-        bar, update = (_progress_bar(max(epochs, min_steps), f"{partitions} heads on {dataset}, step") if heads_only
+        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if heads_only
                        else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
         with bar:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume)

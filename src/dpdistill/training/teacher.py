@@ -45,6 +45,11 @@ class TeacherConfig:
         if self.weight_decay < 0:
             raise ConfigError(f"weight-decay must be at least 0, got {self.weight_decay}")
 
+    @property
+    def full_batch_steps(self) -> int:
+        """Optimizer steps of full-batch training (heads): max(epochs, min_steps), one step an epoch."""
+        return max(self.epochs, self.min_steps)
+
 
 def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr: float, total_steps: int,
                      seed: int, device: torch.device, init: str | None = None
@@ -79,16 +84,16 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
     # Heads live in `order` (grouped by partition size), so a group's heads are one slice of the weights.
     weight = torch.zeros(len(parts), features.shape[1], num_classes, device=device, requires_grad=True)
     bias = torch.zeros(len(parts), num_classes, device=device, requires_grad=True)
-    steps = max(config.epochs, config.min_steps)
+    steps = config.full_batch_steps
     optimizer, schedule = _adam_with_cosine([weight, bias], config.lr, config.weight_decay, steps)
     started, history = time.perf_counter(), []
     for step in range(1, steps + 1):
         loss = torch.zeros((), device=device)
-        for first, inputs, targets, present in groups:
+        for first, inputs, targets, present, counts in groups:
             heads = slice(first, first + len(inputs))
             logits = torch.baddbmm(bias[heads, None], inputs, weight[heads])
             losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(present)
-            loss = loss + ((losses * present).sum(1) / present.sum(1).clamp(min=1)).sum()
+            loss = loss + ((losses * present).sum(1) / counts).sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -103,30 +108,31 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
 
 
 def _padded_groups(features: Tensor, labels: Tensor, parts: list[Tensor], device: torch.device
-                   ) -> tuple[Tensor, list[tuple[int, Tensor, Tensor, Tensor]]]:
+                   ) -> tuple[Tensor, list[tuple[int, Tensor, Tensor, Tensor, Tensor]]]:
     """The partitions ordered by size (`order`), and their features in consecutive groups, each padded to its
-    own largest partition: (first position in `order`, inputs (g, L, F), targets (g, L), present (g, L)).
-    A group closes before padding would double its cells, so equal (IID) partitions make one group and unequal
-    (Dirichlet) ones pad little, where padding all to the overall largest could need gigabytes."""
-    sizes = torch.tensor([max(1, len(part)) for part in parts])
-    order = torch.argsort(sizes, stable=True)
+    own largest partition: (first position in `order`, inputs (g, L, F), targets (g, L), present (g, L), counts
+    (g,), each head's number of examples, at least 1). A group closes before padding would double its cells, so
+    equal (IID) partitions make one group and unequal (Dirichlet) ones pad little, where padding all to the
+    overall largest could need gigabytes."""
+    sizes = [max(1, len(part)) for part in parts]
+    order = sorted(range(len(parts)), key=sizes.__getitem__)
     bounds, cells = [0], 0
-    for position, member in enumerate(order.tolist()):
-        cells += int(sizes[member])
-        if int(sizes[member]) * (position - bounds[-1] + 1) > 2 * cells:  # this head would double the padding
+    for position, member in enumerate(order):
+        cells += sizes[member]
+        if sizes[member] * (position - bounds[-1] + 1) > 2 * cells:  # this head would double the padding
             bounds.append(position)
-            cells = int(sizes[member])
+            cells = sizes[member]
     bounds.append(len(parts))
     groups = []
     for first, stop in zip(bounds, bounds[1:]):
-        members = order[first:stop].tolist()
-        length = int(sizes[members[-1]])
-        index = torch.zeros(len(members), length, dtype=torch.long)
-        present = torch.zeros(len(members), length, dtype=torch.bool)
+        members = order[first:stop]
+        index = torch.zeros(len(members), sizes[members[-1]], dtype=torch.long)
+        present = torch.zeros(len(members), sizes[members[-1]], dtype=torch.bool)
         for row, member in enumerate(members):
             index[row, :len(parts[member])], present[row, :len(parts[member])] = parts[member], True
-        groups.append((first, features[index].to(device), labels[index].to(device), present.to(device)))
-    return order, groups
+        groups.append((first, features[index].to(device), labels[index].to(device), present.to(device),
+                       present.sum(1).clamp(min=1).to(device)))
+    return torch.tensor(order), groups
 
 
 def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int) -> Classifier:
