@@ -46,7 +46,7 @@ class Run:
     quick_args: tuple[str, ...] = ()  # appended in --quick mode
     curve: tuple[str, float] | None = None  # (privacy mode, sound epsilon) for the privacy-accuracy figure
     teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
-    encoder: str = ""  # a `pretrain` row whose encoder the models start from (teachers: --init, PATE: --student-init)
+    encoder: str = ""  # a `pretrain` row the models start from (teachers: --init; PATE, DP-SGD: --student-init)
 
     def teacher_row(self) -> str | None:
         if self.command not in TEACHER_COMMANDS:
@@ -260,6 +260,17 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                                               *FIXMATCH_STUDENT, *(("--vote-margin", f"{margin:g}") if margin
                                                                    else ())), encoder=source)
                  for queries, margin, headline in answers]
+    # DP-SGD from the same public encoder, what PATE's best rows start from: its last layer alone on the frozen
+    # features (a private linear probe: 5,770 weights, so little noise per weight), or every layer but BatchNorm.
+    for epsilon in ("1", "10"):
+        for layers, seeds, settings in (("head", headline_seeds, ("--batch-size", "1024", "--lr", "1e-2",
+                                                                  "--epochs", "10")),
+                                        ("all", 1, ("--batch-size", "1024", "--lr", "3e-3", "--epochs", "3"))):
+            runs.append(Run(f"dpsgd-encoder-{layers}-eps{epsilon}-{dataset}", "private training on the data, "
+                            "from the public encoder (accuracy on the other half of the test split)", dataset,
+                            ("--method", "dpsgd", "--epsilon", epsilon, "--student-arch", "cnn", "--train-layers",
+                             layers, *settings), seeds, command="train-private",
+                            quick_args=("--epochs", "1", "--public-size", "200"), encoder=encoders["long"]))
     return runs
 
 

@@ -56,7 +56,7 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     """Contrastive pretraining on PATE's public pool (the same `public` and `public_size` images a PATE run on
     `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
     that `train-teacher --init` and `pate --student-init` start from, and report.json."""
-    from dpdistill.methods.pate import public_split
+    from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 
     evaluation = load_dataset(dataset_name)
@@ -366,6 +366,7 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
         "data": dataset.describe(),
         "privacy": result.privacy,
         "accuracy": {"student": result.history[-1]["test_accuracy"]},
+        "measured_on": trainer.measured_on,
         "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": planning_seconds},
         "config": config.to_dict(),
         "seed": config.seed,

@@ -11,8 +11,9 @@ import torch
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
 from dpdistill.methods import pate as pate_module
+from dpdistill.data.public import public_split
 from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, choose_queries, kmeans_representatives,
-                                    public_split, release_answers, vote_counts)
+                                    release_answers, vote_counts)
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
 from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
@@ -110,6 +111,14 @@ def test_a_fixed_sigma_that_overspends_is_refused_before_anything_is_written(dig
     with pytest.raises(BudgetExceededError):
         pate(digits_ensemble, config, tmp_path / "run")
     assert not (tmp_path / "run" / "resume").exists() and not (tmp_path / "run" / "student.safetensors").exists()
+
+
+def test_an_encoder_pretrained_on_another_pool_is_refused_before_any_answer(digits_ensemble: Path,
+                                                                             digits_encoder: Path, tmp_path: Path):
+    config = PateConfig(queries=100, public_size=250, student_arch="cnn", student_init=str(digits_encoder), **LOUD)
+    with pytest.raises(ConfigError, match="pretrained on 'the first 200 test images of digits"):
+        pate(digits_ensemble, config, tmp_path / "run")  # 50 of its measured images would be in the encoder's pool
+    assert not (tmp_path / "run" / "resume").exists()
 
 
 def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Path):

@@ -12,7 +12,10 @@ import torch.nn.functional as F
 from opacus.accountants import PRVAccountant, RDPAccountant
 from safetensors.torch import load_file
 
+from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
+from dpdistill.evaluation.metrics import accuracy
+from dpdistill.models.checkpoint import load_classifier
 from dpdistill.methods.annotation import DistillationGradient
 from dpdistill.pipeline import _exclusive, evaluate, train_private
 from dpdistill.privacy.accounting import (GaussianQuery, SampledReleaseQuery, calibrate_dpsgd,
@@ -110,6 +113,8 @@ def test_private_plan_refuses_an_explicit_sigma_that_overspends(method):
     ({"sigma": -1.0}, PrivacyParameterError, "sigma must be positive"),
     ({"beta": 0.0}, ConfigError, "beta must be positive"),
     ({"epochs": 0}, ConfigError, "at least 1"),
+    ({"train_layers": "middle"}, ConfigError, "unknown --train-layers 'middle'"),
+    ({"train_layers": "head"}, ConfigError, "give the encoder with --student-init"),
 ])
 def test_private_config_refuses_impossible_settings(values, error, message):
     with pytest.raises(error, match=message):
@@ -181,3 +186,50 @@ def test_private_dpsgd_fixes_batchnorm_and_the_student_loads(tmp_path: Path):
     assert report["notes"] and all("BatchNorm2d -> GroupNorm" in note for note in report["notes"])
     assert json.loads((tmp_path / "student.json").read_text())["opacus_fixed"] is True
     assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])
+
+
+def _frozen_weights(model_state: dict, encoder_state: dict, prefix: str) -> bool:
+    return all(torch.equal(model_state[name], tensor) for name, tensor in encoder_state.items() if name.startswith(prefix))
+
+
+@pytest.mark.slow
+def test_private_linear_probe_learns_only_the_head_of_the_public_encoder(tmp_path: Path, digits_encoder: Path):
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, epochs=5, student_arch="cnn", student_init=str(digits_encoder),
+                                   train_layers="head", public_size=200)
+    report = train_private(config, tmp_path)
+    encoder = load_file(digits_encoder / "encoder.safetensors")
+    student = load_file(tmp_path / "student.safetensors")
+    assert _frozen_weights(student, encoder, "backbone.")  # BatchNorm statistics included
+    assert not torch.equal(student["head.weight"], encoder["head.weight"])
+    assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert report["measured_on"] == "the first 200 test images of digits (unlabelled); accuracy on the other 160"
+    digits = load_dataset("digits")
+    model, _ = load_classifier(tmp_path, "student")
+    assert accuracy(model, digits.x_test[200:], digits.y_test[200:]) == pytest.approx(report["accuracy"]["student"])
+    privacy = report["privacy"]
+    assert privacy["epsilon"] <= 10.0 and privacy["covered"].endswith("its starting encoder saw public images only")
+    assert "only its last layer learns" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_private_training_from_the_encoder_keeps_its_batchnorm_statistics(tmp_path: Path, digits_encoder: Path):
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1, student_arch="cnn",
+                                   student_init=str(digits_encoder), public_size=200)
+    report = train_private(config, tmp_path)
+    encoder = load_file(digits_encoder / "encoder.safetensors")
+    student = load_file(tmp_path / "student.safetensors")
+    batchnorm = [name for name in encoder if "running_mean" in name]
+    assert batchnorm and all(torch.equal(student[name], encoder[name]) for name in batchnorm)
+    for name in batchnorm:  # "backbone.{i}.running_mean": BatchNorm i keeps scale and shift, convolution i - 1 learns
+        index = int(name.split(".")[1])
+        assert torch.equal(student[f"backbone.{index}.weight"], encoder[f"backbone.{index}.weight"])
+        assert not torch.equal(student[f"backbone.{index - 1}.weight"], encoder[f"backbone.{index - 1}.weight"])
+    assert report["notes"] == [] and json.loads((tmp_path / "student.json").read_text())["opacus_fixed"] is False
+
+
+def test_private_training_refuses_an_encoder_of_another_pool(tmp_path: Path, digits_encoder: Path):
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, student_arch="cnn", student_init=str(digits_encoder),
+                                   public_size=100)
+    with pytest.raises(ConfigError, match="was pretrained on 'the first 200 test images of digits"):
+        train_private(config, tmp_path)
+    assert not (tmp_path / "student.safetensors").exists()

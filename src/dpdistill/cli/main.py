@@ -276,6 +276,15 @@ def train_private_command(
     epochs: int = typer.Option(3, min=1, help="the defaults are the benchmarks' dpsgd-eps* rows"),
     batch_size: int = typer.Option(256, min=1, help="expected batch size (Poisson sampling)"),
     lr: float = ADAM_LR,
+    student_init: Optional[Path] = typer.Option(None, help="start the student from this encoder (a `dpdistill "
+                                                           "pretrain` directory: public images only); accuracy is "
+                                                           "then measured outside its public pool"),
+    train_layers: str = typer.Option("all", help="all, or head: with --student-init, only the last layer learns, "
+                                                 "on the frozen encoder's features (a private linear probe)"),
+    public: Optional[str] = typer.Option(None, help="with --student-init: the data set of its public pool (as "
+                                                    "`pretrain --public`)"),
+    public_size: int = typer.Option(5000, help="with --student-init: the size of its public pool (as `pretrain "
+                                               "--public-size`)"),
     seed: int = SEED,
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
@@ -288,7 +297,8 @@ def train_private_command(
     config = None if resume else PrivateTrainingConfig(
         dataset=dataset, method=method, epsilon=epsilon, delta=delta, sigma=sigma, max_grad_norm=max_grad_norm,
         beta=beta, target_step=target_step, student_arch=student_arch, epochs=epochs, batch_size=batch_size, lr=lr,
-        seed=seed, device=device)
+        seed=seed, device=device, student_init=None if student_init is None else str(student_init),
+        train_layers=train_layers, public=public, public_size=public_size)
     bar, update = _progress_bar(epochs, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update)

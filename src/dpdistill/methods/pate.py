@@ -28,9 +28,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from dpdistill.atomic import write_atomically
-from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
-from dpdistill.errors import CheckpointError, ConfigError, DatasetError, PrivacyParameterError
+from dpdistill.data.public import PublicSplit, public_split
+from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
@@ -133,41 +133,6 @@ class PateConfig:
         """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
         return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
                               num_candidates=num_classes, teachers=members)
-
-
-@dataclass(frozen=True)
-class PublicSplit:
-    """The student's public images and the labelled images its accuracy is measured on, never the same ones."""
-
-    pool: Tensor  # (public_size, C, H, W), unlabelled
-    x_eval: Tensor
-    y_eval: Tensor
-    description: str
-    pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
-
-
-def public_split(evaluation: ImageDataset, public: str | None, size: int) -> PublicSplit:
-    """`size` public images from the data set `public` (default: the evaluation set itself).
-
-    From the evaluation set, the pool is the first `size` test images and accuracy is measured on the
-    rest (PATE's protocol). From another data set, the pool is the first `size` of its training images
-    and accuracy is measured on the whole evaluation test split."""
-    if public is None or public == evaluation.name:
-        if size >= len(evaluation.y_test):
-            raise ConfigError(f"{evaluation.name}'s test split has {len(evaluation.y_test)} images: a public pool "
-                              f"of {size} leaves none to measure accuracy on; lower --public-size")
-        return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
-                           f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
-                           f"{len(evaluation.y_test) - size}", evaluation.y_test[:size])
-    source = load_dataset(public)
-    if source.input_shape != evaluation.input_shape:
-        raise DatasetError(f"public data set {public!r} has inputs {source.input_shape}, the teachers "
-                           f"expect {evaluation.input_shape}")
-    if size > len(source.x_train):
-        raise ConfigError(f"{public} has {len(source.x_train)} training images, fewer than --public-size {size}")
-    return PublicSplit(source.x_train[:size], evaluation.x_test, evaluation.y_test,
-                       f"the first {size} training images of {source.name} (unlabelled); accuracy on the "
-                       f"{len(evaluation.y_test)} test images of {evaluation.name}")
 
 
 @dataclass(frozen=True)
@@ -315,7 +280,8 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
     split = public_split(evaluation, config.public, config.public_size)
     plan = plan_privacy(config.privacy_request(len(ensemble), num_classes), num_classes, config.queries, 1)
     if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
-        load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes)
+        load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes,
+                     split.description)
     answers_path = state_dir / ANSWERS_FILE
     if resume:
         answers = Answers.load(answers_path, config.queries)

@@ -206,9 +206,15 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     else:
         statement = (f"**{privacy['covered']}.** Their epsilon: {_number(privacy['epsilon'])} at delta "
                      f"{privacy['delta']:g}, with respect to {privacy['unit']} ({privacy['accountant']}).")
+    config = report["config"]
+    start = ("" if not config["student_init"] else
+             f"The student starts from the encoder {config['student_init']}, pretrained on public images only; "
+             + ("only its last layer learns, on the encoder's frozen features. " if config["train_layers"] == "head"
+                else "its BatchNorm layers keep the encoder's statistics. "))
     lines = [f"# dpdistill report: private training ({report['method']}) on {report['dataset']}", "", statement, "",
+             f"{start}Accuracy is measured on {report['measured_on']}.", "",
              "| quantity | value |", "| --- | --- |",
-             f"| student accuracy (real test set) | {_percent(report['accuracy']['student'])} |",
+             f"| student accuracy | {_percent(report['accuracy']['student'])} |",
              f"| epsilon ({privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PRIVATE_TRAINING_ROWS if key in privacy]
     timing = report["timing"]
@@ -217,7 +223,7 @@ def private_training_markdown(report: dict[str, Any]) -> str:
               "", "## Epochs", "", "| epoch | train loss | test accuracy | steps |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {r['train_loss']:.4f} | {_percent(r['test_accuracy'])} | {r['steps']} |"
               for r in report["history"]]
-    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(config), indent=2), "```", "",
               f"Seed {report['seed']}; noise and sampling from seeded torch generators (reproducible, not a "
               f"cryptographic RNG). Every figure above is also in `report.json`."]
     if report.get("notes"):

@@ -10,6 +10,12 @@
 
 Both use the same Poisson sampler (Opacus' DPDataLoader), so the sampling rate and the number of steps that
 the accountant composes are the ones that run; the plan is checked against the budget before training.
+
+Either can start from an encoder pretrained on public images only (`dpdistill pretrain`), the starting point
+PATE's best rows use, so the two routes compare like with like. Its BatchNorm layers then keep the encoder's
+public statistics (eval mode, frozen scale and shift): each example is normalised alone, so per-example gradients
+stay independent. With `train_layers="head"` only the last linear layer learns, on features computed once: a
+private linear probe of public features.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ import torch.nn.functional as F
 from opacus import PrivacyEngine
 from opacus.data_loader import DPDataLoader
 from opacus.validators import ModuleValidator
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpdistill.data.base import ImageDataset
+from dpdistill.data.public import public_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import accuracy
+from dpdistill.evaluation.metrics import accuracy, features
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.methods.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.methods.state import load_state, save_state
@@ -48,6 +55,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.training.teacher import load_encoder
 
 Progress = Callable[[dict], None]
 
@@ -58,6 +66,7 @@ COVERED = {
                     "released noisy output gradients",
 }
 METHODS = tuple(COVERED)
+TRAIN_LAYERS = ("all", "head")  # which of the student's weights learn from the private data
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,19 @@ class PrivateTrainingConfig:
     lr: float = 1e-3
     seed: int = 0
     device: str = "cpu"
+    student_init: str | None = None  # an encoder pretrained on public images the student starts from
+    train_layers: str = "all"  # "all", or "head": only the last layer learns, on the frozen encoder's features
+    public: str | None = None  # with student_init: where its public pool came from (as `pate --public`) ...
+    public_size: int = 5000  # ... and its size: accuracy is then measured on images the encoder never saw
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.train_layers not in TRAIN_LAYERS:
+            raise ConfigError(f"unknown --train-layers {self.train_layers!r}: choose one of {', '.join(TRAIN_LAYERS)}")
+        if self.train_layers == "head" and self.student_init is None:
+            raise ConfigError("--train-layers head trains a linear layer on a pretrained encoder's features: give "
+                              "the encoder with --student-init (`dpdistill pretrain` makes one from public images)")
         if self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
         validate_epsilon(self.epsilon)
@@ -91,8 +109,9 @@ class PrivateTrainingConfig:
         for name in ("max_grad_norm", "beta", "target_step", "lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ConfigError(f"epochs and batch size must be at least 1, got {self.epochs} and {self.batch_size}")
+        if self.epochs < 1 or self.batch_size < 1 or self.public_size < 1:
+            raise ConfigError(f"epochs, batch size and public size must be at least 1, got {self.epochs}, "
+                              f"{self.batch_size} and {self.public_size}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,6 +179,15 @@ def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
                    for name, layer in model.named_modules() if type(now[name]) is not type(layer)]
 
 
+def freeze_batchnorm(model: nn.Module) -> list[nn.Module]:
+    """Fix every BatchNorm layer's scale and shift and return the layers, to be kept in eval mode: they then
+    normalise each example with the (public) running statistics alone, so examples stay independent."""
+    layers = [layer for layer in model.modules() if isinstance(layer, nn.modules.batchnorm._BatchNorm)]
+    for layer in layers:
+        layer.requires_grad_(False)
+    return layers
+
+
 def label_logits(labels: Tensor, num_classes: int) -> Tensor:
     """Logits of a teacher certain of each private label. KD against it is cross-entropy, so the annotator's
     distillation gradient is d CE / d logits = softmax(z) - one_hot(y). -1e4 rather than -inf keeps 0 * log 0 at 0."""
@@ -189,13 +217,29 @@ class PrivateTrainer:
         self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)
-        self.model, self.fixes = self._student(build_classifier(config.student_arch, dataset.input_shape,
-                                                                dataset.num_classes).to(self.device))
-        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.x_eval, self.y_eval = dataset.x_test, dataset.y_test
+        self.measured_on = f"the {len(dataset.y_test)} test images of {dataset.name}"
+        if config.student_init is None:
+            student = build_classifier(config.student_arch, dataset.input_shape, dataset.num_classes)
+        else:  # accuracy only on test images outside the encoder's public pool
+            split = public_split(dataset, config.public, config.public_size)
+            student = load_encoder(Path(config.student_init), config.student_arch, dataset.input_shape,
+                                   dataset.num_classes, split.description)
+            self.x_eval, self.y_eval, self.measured_on = split.x_eval, split.y_eval, split.description
+        self.frozen = freeze_batchnorm(student) if config.student_init is not None else []
+        inputs = dataset.x_train
+        if config.train_layers == "head":
+            student.backbone.requires_grad_(False)
+            self.frozen.append(student.backbone)
+            inputs = features(student, dataset.x_train, device=self.device)
+        self.model, self.fixes = self._student(student.to(self.device).train())  # Opacus checks training mode
+        self.trained: nn.Module = self.model.head if config.train_layers == "head" else self.model
+        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            [weight for weight in self.trained.parameters() if weight.requires_grad], lr=config.lr)
         self.sampler_generator = torch.Generator().manual_seed(config.seed)
         self.noise_generator = torch.Generator(device=self.device if self.noise_on_device else "cpu")
         self.noise_generator.manual_seed(config.seed + 1)
-        self.loader = DataLoader(TensorDataset(dataset.x_train, dataset.y_train), batch_size=config.batch_size,
+        self.loader = DataLoader(TensorDataset(inputs, dataset.y_train), batch_size=config.batch_size,
                                  generator=self.sampler_generator)
         self.ledger = PrivacyLedger(plan.query, plan.steps)
         self.epoch = 0
@@ -204,25 +248,31 @@ class PrivateTrainer:
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return model, []
 
-    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
-        """One update on a sampled batch; returns the per-example losses."""
+    def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
+        """One update on a sampled batch (images, or the frozen encoder's features of them when only the head
+        learns); returns the per-example losses."""
         raise NotImplementedError
+
+    def _train_mode(self) -> None:
+        """Training mode, except the layers that must keep the encoder's public statistics."""
+        self.model.train()
+        for layer in self.frozen:
+            layer.eval()
 
     def run(self, resume: bool = False) -> PrivateTrainingResult:
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
         started = time.perf_counter()
         while self.epoch < self.config.epochs:
-            self.model.train()
+            self._train_mode()
             loss_sum, seen = 0.0, 0
-            for images, labels in self.loader:
+            for inputs, labels in self.loader:
                 self.ledger.charge(1)
-                loss_sum += self._step(images.to(self.device), labels.to(self.device)).sum().item()
+                loss_sum += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
                 seen += len(labels)
             self.epoch += 1
             self.history.append({"epoch": self.epoch, "train_loss": loss_sum / max(seen, 1), "steps": self.ledger.answered,
-                                 "test_accuracy": accuracy(self.model, self.dataset.x_test, self.dataset.y_test,
-                                                           device=self.device)})
+                                 "test_accuracy": accuracy(self.model, self.x_eval, self.y_eval, device=self.device)})
             save_state(self.work_dir / "resume", self._state())
             if self.progress:
                 self.progress(self.history[-1])
@@ -238,7 +288,8 @@ class PrivateTrainer:
                 "delta": config.delta, "budget_epsilon": config.epsilon, "noise_multiplier": self.plan.noise_multiplier,
                 "sample_rate": self.plan.sample_rate, "expected_batch_size": self.plan.sample_rate * len(self.loader.dataset),
                 "steps": steps, "planned_steps": self.plan.steps, "calibrated": config.sigma is None,
-                "formal_guarantee": self.formal_guarantee, "covered": COVERED[config.method]}
+                "formal_guarantee": self.formal_guarantee, "covered": COVERED[config.method]
+                + ("; its starting encoder saw public images only" if config.student_init else "")}
 
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
@@ -271,7 +322,7 @@ class DPSGDTrainer(PrivateTrainer):
             warnings.filterwarnings("ignore", message="Secure RNG turned off")
             self.engine = PrivacyEngine(accountant="rdp")
         self.private_model, self.optimizer, self.loader = self.engine.make_private(
-            module=self.model, optimizer=self.optimizer, data_loader=self.loader,
+            module=self.trained, optimizer=self.optimizer, data_loader=self.loader,
             noise_multiplier=self.plan.noise_multiplier, max_grad_norm=self.config.max_grad_norm,
             noise_generator=self.noise_generator, poisson_sampling=True)
         if (self.loader.sample_rate, len(self.loader)) != (self.plan.sample_rate, self.plan.steps_per_epoch):
@@ -281,9 +332,9 @@ class DPSGDTrainer(PrivateTrainer):
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return opacus_compatible(model)
 
-    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
+    def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
         self.optimizer.zero_grad(set_to_none=True)
-        losses = F.cross_entropy(self.private_model(images), labels, reduction="none")
+        losses = F.cross_entropy(self.private_model(inputs), labels, reduction="none")
         with warnings.catch_warnings():  # Opacus' hooks on the first layer, whose input (the data) needs no gradient
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             losses.mean().backward()  # an empty Poisson batch still takes its noisy step
@@ -331,8 +382,8 @@ class DirectOutputGradientTrainer(PrivateTrainer):
         """Noise std / beta: answers of norm <= beta differ by <= 2 beta, so twice the noise multiplier."""
         return 2 * self.plan.noise_multiplier
 
-    def _step(self, images: Tensor, labels: Tensor) -> Tensor:
-        logits = self.model(images)
+    def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
+        logits = self.trained(inputs)
         targets = self.annotator.annotate(label_logits(labels, self.dataset.num_classes), logits)
         losses = soft_cross_entropy(logits, targets)
         self.optimizer.zero_grad(set_to_none=True)

@@ -135,14 +135,21 @@ def _padded_groups(features: Tensor, labels: Tensor, parts: list[Tensor], device
     return torch.tensor(order), groups
 
 
-def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int) -> Classifier:
-    """The pretrained encoder at `directory`, refused unless it is the architecture about to be trained."""
+def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_classes: int,
+                 public_pool: str | None = None) -> Classifier:
+    """The pretrained encoder at `directory`, refused unless it is the architecture about to be trained and, where
+    a run measures accuracy beside a `public_pool` (its description), was pretrained on exactly that pool: on any
+    other, the images accuracy is measured on may be ones the encoder saw."""
     encoder, meta = load_classifier(directory, ENCODER, kind="encoder")
     found = (meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]))
     if found != (arch, tuple(in_shape), num_classes):
         raise ConfigError(f"the encoder at {directory} is {found[0]!r} for inputs {found[1]} and {found[2]} classes; "
                           f"this training needs {arch!r} for {tuple(in_shape)} and {num_classes}: pretrain one "
                           f"with `dpdistill pretrain --arch {arch}` on images of that shape")
+    if public_pool is not None and meta.get("pretrained_on") != public_pool:
+        raise ConfigError(f"the encoder at {directory} was pretrained on {meta.get('pretrained_on')!r}, this run's "
+                          f"public pool is {public_pool!r}: pretrain on this pool (`dpdistill pretrain` with the same "
+                          f"--public and --public-size), so accuracy is measured on images the encoder never saw")
     return encoder
 
 

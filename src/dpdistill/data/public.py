@@ -1,0 +1,51 @@
+"""The public images a student or an encoder may see, and the labelled images accuracy is then measured on.
+
+PATE's protocol: public images are unlabelled and disjoint from the images that measure accuracy, so a figure
+never rewards having seen its own test images. An encoder pretrained on a pool records the pool's description,
+and a run that starts from it measures accuracy only where that pool ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import ConfigError, DatasetError
+
+
+@dataclass(frozen=True)
+class PublicSplit:
+    """The student's public images and the labelled images its accuracy is measured on, never the same ones."""
+
+    pool: Tensor  # (public_size, C, H, W), unlabelled
+    x_eval: Tensor
+    y_eval: Tensor
+    description: str
+    pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
+
+
+def public_split(evaluation: ImageDataset, public: str | None, size: int) -> PublicSplit:
+    """`size` public images from the data set `public` (default: the evaluation set itself).
+
+    From the evaluation set, the pool is the first `size` test images and accuracy is measured on the
+    rest (PATE's protocol). From another data set, the pool is the first `size` of its training images
+    and accuracy is measured on the whole evaluation test split."""
+    if public is None or public == evaluation.name:
+        if size >= len(evaluation.y_test):
+            raise ConfigError(f"{evaluation.name}'s test split has {len(evaluation.y_test)} images: a public pool "
+                              f"of {size} leaves none to measure accuracy on; lower --public-size")
+        return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
+                           f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
+                           f"{len(evaluation.y_test) - size}", evaluation.y_test[:size])
+    source = load_dataset(public)
+    if source.input_shape != evaluation.input_shape:
+        raise DatasetError(f"public data set {public!r} has inputs {source.input_shape}, the teachers "
+                           f"expect {evaluation.input_shape}")
+    if size > len(source.x_train):
+        raise ConfigError(f"{public} has {len(source.x_train)} training images, fewer than --public-size {size}")
+    return PublicSplit(source.x_train[:size], evaluation.x_test, evaluation.y_test,
+                       f"the first {size} training images of {source.name} (unlabelled); accuracy on the "
+                       f"{len(evaluation.y_test)} test images of {evaluation.name}")
