@@ -55,7 +55,8 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
              progress: Progress | None = None) -> dict:
     """Contrastive pretraining on PATE's public pool (the same `public` and `public_size` images a PATE run on
     `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
-    that `train-teacher --init` and `pate --student-init` start from, and report.json."""
+    that `train-teacher --init`, `pate --student-init` and `train-private --student-init` start from, and
+    report.json."""
     from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 

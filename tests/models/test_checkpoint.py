@@ -92,6 +92,11 @@ def test_missing_teacher_says_what_is_expected_and_how_to_make_one(tmp_path):
     assert "dpdistill train-teacher" in message
 
 
+
+def test_missing_encoder_says_to_pretrain_one(tmp_path):
+    with pytest.raises(CheckpointError, match="no encoder at .*; pretrain one on public images with `dpdistill pretrain`"):
+        load_classifier(tmp_path / "nothing", checkpoint.ENCODER, kind="encoder")
+
 def test_missing_student_names_its_files(tmp_path):
     with pytest.raises(CheckpointError, match="student.safetensors and .*student.json"):
         load_classifier(tmp_path, name="student")

@@ -29,6 +29,8 @@ from dpdistill.models.registry import build_classifier, build_generator
 
 TEACHER = "model"
 ENCODER = "encoder"  # a pretrained starting point (`dpdistill pretrain`): encoder.safetensors + encoder.json
+MAKERS = {TEACHER: ("teacher", "train one with `dpdistill train-teacher`"),
+          ENCODER: ("encoder", "pretrain one on public images with `dpdistill pretrain`")}  # for a missing checkpoint
 
 
 def _meta_names(name: str) -> list[str]:
@@ -52,8 +54,7 @@ def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: st
 def _read_meta(directory: Path, name: str) -> dict[str, Any]:
     weights = directory / f"{name}.safetensors"
     if not weights.exists():
-        what, make = ("teacher", "train one with `dpdistill train-teacher`") if name == TEACHER else \
-            (name, "run `dpdistill transcribe` to make one")
+        what, make = MAKERS.get(name, (name, "run `dpdistill transcribe` to make one"))
         expected = " and ".join(str(directory / file_name) for file_name in [weights.name, _meta_names(name)[-1]])
         raise CheckpointError(f"no {what} at {directory}: expected {expected}; {make}")
     for file_name in _meta_names(name):
