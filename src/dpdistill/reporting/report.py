@@ -208,7 +208,7 @@ def private_training_markdown(report: dict[str, Any]) -> str:
                      f"{privacy['delta']:g}, with respect to {privacy['unit']} ({privacy['accountant']}).")
     config = report["config"]
     start = ("" if not config["student_init"] else
-             f"The student starts from the encoder {config['student_init']}, pretrained on public images only; "
+             f"The student starts from the encoder {config['student_init']}; "
              + ("only its last layer learns, on the encoder's frozen features. " if config["train_layers"] == "head"
                 else "its BatchNorm layers keep the encoder's statistics. "))
     lines = [f"# dpdistill report: private training ({report['method']}) on {report['dataset']}", "", statement, "",

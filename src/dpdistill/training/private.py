@@ -219,6 +219,7 @@ class PrivateTrainer:
         torch.manual_seed(config.seed)
         self.x_eval, self.y_eval = dataset.x_test, dataset.y_test
         self.measured_on = f"the {len(dataset.y_test)} test images of {dataset.name}"
+        self.frozen: list[nn.Module] = []  # kept in eval mode while training
         if config.student_init is None:
             student = build_classifier(config.student_arch, dataset.input_shape, dataset.num_classes)
         else:  # accuracy only on test images outside the encoder's public pool
@@ -226,7 +227,7 @@ class PrivateTrainer:
             student = load_encoder(Path(config.student_init), config.student_arch, dataset.input_shape,
                                    dataset.num_classes, split.description)
             self.x_eval, self.y_eval, self.measured_on = split.x_eval, split.y_eval, split.description
-        self.frozen = freeze_batchnorm(student) if config.student_init is not None else []
+            self.frozen = freeze_batchnorm(student)
         inputs = dataset.x_train
         if config.train_layers == "head":
             student.backbone.requires_grad_(False)
