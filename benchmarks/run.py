@@ -252,14 +252,16 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
         runs.append(Run(heads, f"teacher ensemble (mean probability), linear heads on the frozen encoder{longer}",
                         dataset, ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay",
                                   "0.01"), command="train-teacher", quick_args=("--min-steps", "10"), encoder=source))
-        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads{tag}-fixmatch-eps1-q{queries}"
-                                              f"{f'-m{margin:g}' if margin else ''}-{dataset}",
+        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads{tag}-fixmatch{'-posterior' if soft else ''}"
+                                              f"-eps1-q{queries}{f'-m{margin:g}' if margin else ''}-{dataset}",
                                               f"PATE on public images, M = {members} heads, {from_encoder}{longer}"
-                                              f"{f', answers leading by {margin:g} sigmas' if margin else ''}",
+                                              f"{f', answers leading by {margin:g} sigmas' if margin else ''}"
+                                              f"{', soft posterior targets' if soft else ''}",
                                               dataset, "1", queries, headline_seeds if headline else 1, heads,
                                               *FIXMATCH_STUDENT, *(("--vote-margin", f"{margin:g}") if margin
-                                                                   else ())), encoder=source)
-                 for queries, margin, headline in answers]
+                                                                   else ()),
+                                              *(("--answer-targets", "posterior") if soft else ())), encoder=source)
+                 for queries, margin, headline, soft in answers]
     # DP-SGD from the same public encoder, what PATE's best rows start from: its last layer alone on the frozen
     # features (a private linear probe: 5,770 weights, so little noise per weight), or every layer but BatchNorm.
     for epsilon in ("1", "10"):
@@ -278,11 +280,12 @@ PRETRAIN_QUICK = ("--steps", "5", "--public-size", "200", "--batch-size", "32")
 FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency", "--batch-size", "64",
                     "--self-training-rounds", "0")
 # (pretraining: "" or "long", members, ((answers at epsilon 1, vote margin in sigmas (0: keep every answer),
-# whether a headline row over all seeds), ...)). A margin keeps the answers the noise did not decide: more
-# answers, fewer and cleaner labels.
-HEAD_ENSEMBLES = (("", 1000, ((500, 0, True), (1000, 0, False), (1000, 1.5, False))),
-                  ("", 500, ((300, 0, False),)),
-                  ("long", 1000, ((500, 0, True),)))
+# whether a headline row over all seeds, whether the student learns soft posterior targets), ...)). A margin
+# keeps the answers the noise did not decide: more answers, fewer and cleaner labels. Posterior targets keep
+# every answer and say how sure each one is.
+HEAD_ENSEMBLES = (("", 1000, ((500, 0, True, False), (1000, 0, False, False), (1000, 1.5, False, False))),
+                  ("", 500, ((300, 0, False, False),)),
+                  ("long", 1000, ((500, 0, True, False), (500, 0, True, True))))
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,

@@ -72,18 +72,22 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist", "teachers-500-heads-fmnist",
                                           "pate-500-heads-fixmatch-eps1-q300-fmnist",
                                           "teachers-1000-heads-long-fmnist",
-                                          "pate-1000-heads-long-fixmatch-eps1-q500-fmnist"]
+                                          "pate-1000-heads-long-fixmatch-eps1-q500-fmnist",
+                                          "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
     assert names("teachers-1000-heads-fmnist") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
     assert names("pate-1000-heads-long-*") == ["pretrain-long-fmnist", "teachers-1000-heads-long-fmnist",
-                                               "pate-1000-heads-long-fixmatch-eps1-q500-fmnist"]
+                                               "pate-1000-heads-long-fixmatch-eps1-q500-fmnist",
+                                               "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist"]
     assert names("dpsgd-encoder-*-eps1-*") == ["pretrain-long-fmnist", "dpsgd-encoder-head-eps1-fmnist",
                                                "dpsgd-encoder-all-eps1-fmnist"]  # trains on the data, from the encoder
     probe = next(run for run in runs if run.name == "dpsgd-encoder-head-eps1-fmnist")
     assert ("--train-layers", "head") == probe.args[probe.args.index("--train-layers"):][:2]
     margin = next(run for run in runs if run.name == "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist")
     assert margin.args[-2:] == ("--vote-margin", "1.5")
+    soft = next(run for run in runs if run.name == "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist")
+    assert soft.args[-2:] == ("--answer-targets", "posterior") and "--vote-margin" not in soft.args
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):

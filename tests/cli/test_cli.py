@@ -192,6 +192,7 @@ def test_pate_resumes_with_its_saved_settings(digits_ensemble: Path, tmp_path: P
     ("ensemble", ("--resume",), "nothing to resume"),
     ("ensemble", ("--epsilon", "1", "--query-selection", "best"), "unknown query selection 'best'"),
     ("ensemble", ("--epsilon", "1", "--student-training", "mixup"), "unknown student training 'mixup'"),
+    ("ensemble", ("--epsilon", "1", "--answer-targets", "mean"), "unknown answer targets 'mean'"),
     ("ensemble", ("--epsilon", "1", "--student-training", "consistency", "--unlabelled-ratio", "0"),
      "unlabelled-ratio must be at least 1"),
 ])

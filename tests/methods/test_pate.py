@@ -13,7 +13,7 @@ from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, 
 from dpdistill.methods import pate as pate_module
 from dpdistill.data.public import public_split
 from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, choose_queries, kmeans_representatives,
-                                    release_answers, vote_counts)
+                                    plurality_posterior, release_answers, vote_counts)
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
 from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
@@ -57,6 +57,7 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
     ({"epsilon": 1, "pseudo_label_confidence": 0}, ConfigError, "pseudo-label-confidence"),
     ({"epsilon": 1, "query_selection": "best"}, ConfigError, "unknown query selection 'best'"),
     ({"epsilon": 1, "student_training": "mixup"}, ConfigError, "unknown student training 'mixup'"),
+    ({"epsilon": 1, "answer_targets": "mean"}, ConfigError, "unknown answer targets 'mean'"),
     ({"epsilon": 1, "student_training": "consistency", "consistency_threshold": 0}, ConfigError, "threshold"),
 ])
 def test_impossible_settings_are_refused(values, error, message):
@@ -94,6 +95,24 @@ def test_answers_are_charged_once_and_follow_the_noisy_plurality(digits_ensemble
     leaders = votes.max(1)
     clear = (votes >= leaders.values[:, None] - 0.5).sum(1) == 1  # no tie: noise of std 0.05 cannot flip it
     assert torch.equal(answers.labels[clear], leaders.indices[clear])
+    assert torch.equal(answers.labels, answers.votes.argmax(1))  # the label is the released histogram's winner
+    assert (answers.votes - votes).abs().max() < 0.05 * 6  # the histogram is the votes plus noise of std 0.05
+
+
+def test_the_posterior_of_the_winner_is_exact_for_two_classes_and_matches_sampling_for_more():
+    # two classes: the true counts differ by N(gap, 2 sigma^2), so the leader wins with probability
+    # Phi(gap / (sigma sqrt 2))
+    gaps = torch.tensor([0.0, 0.5, 1.0, 3.0])
+    posterior = plurality_posterior(torch.stack([gaps, torch.zeros(4)], 1), sigma=2.0)
+    expected = torch.distributions.Normal(0.0, 1.0).cdf(gaps / (2.0 * 2 ** 0.5))
+    assert torch.allclose(posterior[:, 0], expected, atol=1e-5)
+    assert torch.allclose(posterior.sum(1), torch.ones(4))
+    noisy = torch.tensor([[30.0, 25.0, 0.0, -5.0], [10.0, 10.0, 10.0, 10.0], [500.0, 0.0, 0.0, 0.0]])
+    draws = noisy + 10.0 * torch.randn((200_000, *noisy.shape), generator=torch.Generator().manual_seed(0))
+    sampled = torch.nn.functional.one_hot(draws.argmax(2), 4).float().mean(0)
+    exact = plurality_posterior(noisy, sigma=10.0)
+    assert torch.allclose(exact, sampled, atol=0.005)  # 200,000 draws: standard error at most 0.0011
+    assert torch.allclose(exact[1], torch.full((4,), 0.25), atol=1e-5) and exact[2, 0] == 1.0
 
 
 def test_vote_accounting_matches_the_privacy_note_and_calibrates_to_the_budget(digits_ensemble: Path):
@@ -143,6 +162,18 @@ def test_a_consistency_student_learns_from_the_answers_and_the_unlabelled_pool(d
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
     assert [record["round"] for record in report["history"]] == [1]
     assert "consistency training (FixMatch)" in (tmp_path / "report.md").read_text()
+
+
+def test_a_student_learns_from_soft_posterior_targets(digits_ensemble: Path, tmp_path: Path):
+    config = PateConfig(queries=150, public_size=250, min_steps=300, self_training_rounds=1,
+                        answer_targets="posterior", epsilon=1000, sigma=0.7)  # a few close calls
+    report = pate(digits_ensemble, config, tmp_path)
+    assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert report["privacy"]["answer_targets"] == "posterior"
+    answers = Answers.load(tmp_path / ANSWERS_FILE, 150)
+    targets = pate_module.answer_targets(answers, config, report["privacy"]["sigma"])
+    assert targets.shape == (150, 10) and torch.equal(targets.argmax(1), answers.labels)
+    assert ((targets.max(1).values > 0.99).any() and (targets.max(1).values < 0.9).any())  # sure and unsure ones
 
 
 def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits_ensemble: Path, tmp_path: Path,

@@ -38,3 +38,17 @@ def test_no_labelled_image_is_refused():
     with pytest.raises(ConfigError, match="at least one labelled image"):
         train_consistency(digits.x_train[:0], digits.y_train[:0], digits.x_train, digits.x_test, digits.y_test, 10,
                           ConsistencyConfig(steps=1))
+
+
+def test_soft_targets_teach_their_most_likely_class():
+    digits = load_dataset("digits")
+    chosen = torch.cat([(digits.y_train == label).nonzero().squeeze(1)[:5] for label in range(10)])
+    truth, decoy = digits.y_train[chosen], (digits.y_train[chosen] + 1) % 10
+    config = ConsistencyConfig(steps=300, batch_size=32, report_every=300)
+    accuracies = []
+    for likely, unlikely in ((truth, decoy), (decoy, truth)):
+        targets = 0.6 * torch.nn.functional.one_hot(likely, 10) + 0.4 * torch.nn.functional.one_hot(unlikely, 10)
+        _, report = train_consistency(digits.x_train[chosen], targets, digits.x_train, digits.x_test, digits.y_test,
+                                      10, config)
+        accuracies.append(report["test_accuracy"])
+    assert accuracies[0] > 0.5 and accuracies[1] < 0.3, accuracies  # the 0.6 class is learnt, not the 0.4 one

@@ -30,6 +30,19 @@ def test_augmentation_shifts_each_batch_when_asked(monkeypatch, shift, expected_
     assert calls == [(shift, False)] * expected_calls
 
 
+def test_soft_targets_replace_the_labels_and_must_fit_the_training_split():
+    digits = load_dataset("digits")
+    small = dataclasses.replace(digits, x_train=digits.x_train[:300], y_train=digits.y_train[:300])
+    config = TeacherConfig(epochs=1, batch_size=32, min_steps=200, augment_shift=0)
+    shifted = torch.nn.functional.one_hot((small.y_train + 1) % 10, 10).float()  # every label moved by one class
+    model, _ = train_classifier(small, config, evaluate_each_epoch=False, targets=shifted)
+    with torch.no_grad():
+        predictions = model(small.x_test).argmax(1)
+    assert (predictions == (small.y_test + 1) % 10).float().mean() > 0.5  # the targets were learnt, not the labels
+    with pytest.raises(ConfigError, match=r"soft targets must be \(training images, classes\) = \(300, 10\)"):
+        train_classifier(small, config, targets=shifted[:10])
+
+
 def test_a_classifier_starts_from_the_encoder_it_is_given(digits_encoder: Path):
     encoder, _ = load_classifier(digits_encoder, ENCODER, kind="encoder")
     started, _, _ = fresh_classifier("cnn", (1, 8, 8), 10, 1e-3, 10, seed=3, device=torch.device("cpu"),

@@ -372,6 +372,9 @@ def pate_command(
     query_selection: str = typer.Option("random", help="which public images are asked: random, or kmeans (the "
                                                        "typical image of each of --queries k-means clusters)"),
     vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
+    answer_targets: str = typer.Option("argmax", help="what the student learns from an answer: argmax (the noisy "
+                                                      "winner), or posterior (each class's probability of holding "
+                                                      "the most votes given the noisy counts; free)"),
     self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
                                                      "labels confidently itself"),
     pseudo_label_confidence: float = typer.Option(0.9, help="the student's probability needed to keep its label"),
@@ -408,6 +411,7 @@ def pate_command(
         config = PateConfig(
             epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
             public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
+            answer_targets=answer_targets,
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
             student_training=student_training, consistency_steps=consistency_steps,
             consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,

@@ -4,7 +4,9 @@ The baseline a privacy researcher compares data-free transcription to (Papernot 
 generator, the student's inputs are public images that no member was trained on, for example half of the test
 split (the other half then measures accuracy) or another data set of the same shape. Each of `queries` images
 gets the noisy plurality of the members' votes over all classes; one private example changes one member's vote,
-so each answer is a Gaussian mechanism of L2 sensitivity sqrt(2), composed over the answers by dp-accounting.
+so each answer is a Gaussian mechanism of L2 sensitivity sqrt(2), composed over the answers by dp-accounting. The
+whole noisy vote histogram is that mechanism's output, so the student may learn from more than its winner: the
+probability that each class holds the most votes given the noisy counts (soft targets), at no further cost.
 The student learns from the answered images (supervised, or with consistency training on the whole public pool),
 then (self-training) from the public images it labels confidently itself. Everything it learns from is public or
 a noisy release, so the student is covered by the guarantee, provided the public images hold no private example.
@@ -16,6 +18,7 @@ asks the ensemble again, so a resume cannot spend the budget twice.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +45,7 @@ Progress = Callable[[dict], None]
 ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency")
+ANSWER_TARGETS = ("argmax", "posterior")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class PateConfig:
     query_selection: str = "random"  # which public images are asked: "random", or "kmeans" (the images nearest
     # the centres of `queries` k-means clusters of the pool: typical images, spread over the pool; public, so free)
     vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
+    answer_targets: str = "argmax"  # what the student learns from an answer: its noisy winner, or "posterior": the
+    # probability that each class holds the most votes given the noisy counts (free: the same release)
     self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
     pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
     student_training: str = "supervised"  # each round: "supervised" on its labels, or "consistency" (FixMatch:
@@ -91,6 +97,9 @@ class PateConfig:
         if self.student_training not in STUDENT_TRAININGS:
             raise ConfigError(f"unknown student training {self.student_training!r}; choose one of "
                               f"{', '.join(STUDENT_TRAININGS)}")
+        if self.answer_targets not in ANSWER_TARGETS:
+            raise ConfigError(f"unknown answer targets {self.answer_targets!r}; choose one of "
+                              f"{', '.join(ANSWER_TARGETS)}")
         if self.query_selection not in QUERY_SELECTIONS:
             raise ConfigError(f"unknown query selection {self.query_selection!r}; choose one of "
                               f"{', '.join(QUERY_SELECTIONS)}")
@@ -137,28 +146,32 @@ class PateConfig:
 
 @dataclass(frozen=True)
 class Answers:
-    """The released noisy votes: which public images were asked, the noisy winner, and whether it was kept."""
+    """The released noisy votes: which public images were asked, their noisy vote counts, the noisy winner, and
+    whether it was kept."""
 
     indices: Tensor  # int64 (queries,), into the public pool
+    votes: Tensor  # float32 (queries, classes): the noisy vote histogram, the mechanism's whole output
     labels: Tensor  # int64 (queries,)
     confident: Tensor  # bool (queries,): the noisy lead reached the vote margin
 
     def save(self, path: Path) -> None:
-        tensors = {name: tensor.contiguous() for name, tensor in
-                   (("indices", self.indices), ("labels", self.labels), ("confident", self.confident))}
+        tensors = {name: getattr(self, name).contiguous() for name in ANSWER_FIELDS}
         write_atomically({path: lambda temporary: save_file(tensors, temporary)})
 
     @classmethod
     def load(cls, path: Path, queries: int) -> "Answers":
         try:
             tensors = load_file(path)
-            answers = cls(tensors["indices"], tensors["labels"], tensors["confident"])
+            answers = cls(*(tensors[name] for name in ANSWER_FIELDS))
         except (SafetensorError, KeyError, OSError) as error:
             raise CheckpointError(f"the released answers in {path} are damaged ({error}); they cannot be asked "
                                   f"for again without spending the budget twice: start a new run elsewhere") from error
-        if not len(answers.indices) == len(answers.labels) == len(answers.confident) == queries:
+        if not len({len(getattr(answers, name)) for name in ANSWER_FIELDS} | {queries}) == 1:
             raise CheckpointError(f"{path} holds {len(answers.indices)} answers, the run planned {queries}")
         return answers
+
+
+ANSWER_FIELDS = tuple(field.name for field in dataclasses.fields(Answers))
 
 
 @torch.inference_mode()
@@ -224,18 +237,47 @@ def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, 
     noisy = noisy_votes(votes, everything, plan.sigma, torch.Generator().manual_seed(config.seed + 1))
     leaders = noisy.topk(2, dim=1)
     confident = leaders.values[:, 0] - leaders.values[:, 1] >= config.vote_margin * plan.sigma
-    return Answers(indices, leaders.indices[:, 0], confident)
+    return Answers(indices, noisy, leaders.indices[:, 0], confident)
 
 
-def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_classes: int,
+def plurality_posterior(noisy: Tensor, sigma: float, points: int = 801) -> Tensor:
+    """(n, classes): the probability that each class holds the most votes, given noisy counts `noisy` (n, classes)
+    that are the true counts plus N(0, sigma^2) each, under a flat prior on the true counts.
+
+    Soft targets from an answer: certain where the noisy winner leads by several sigmas, shared with the runner-up
+    where the noise could have decided it (and the members' second choice is the class most like the first).
+    P(class c wins) = E_t[prod_{j != c} Phi((noisy_c - noisy_j) / sigma + t)], t ~ N(0, 1), by quadrature on
+    [-8, 8] (double precision), so the same noisy counts always give the same targets."""
+    steps = torch.linspace(-8.0, 8.0, points, dtype=torch.float64)
+    weights = torch.exp(-steps.square() / 2) * (steps[1] - steps[0]) / math.sqrt(2 * math.pi)
+    posterior = []
+    for chunk in noisy.double().split(64):
+        gaps = (chunk[:, :, None] - chunk[:, None, :]) / sigma  # (n, c, j): how far c leads j, in sigmas
+        log_below = torch.special.log_ndtr(gaps[..., None] + steps)  # (n, c, j, points): class j stays below c
+        log_below = log_below.masked_fill(torch.eye(chunk.shape[1], dtype=torch.bool)[None, :, :, None], 0.0)
+        posterior.append((log_below.sum(2).exp() * weights).sum(-1))
+    posterior = torch.cat(posterior)
+    return (posterior / posterior.sum(1, keepdim=True)).float()
+
+
+def answer_targets(answers: Answers, config: PateConfig, sigma: float) -> Tensor:
+    """What the student learns from the kept answers: class indices (n,) or, for "posterior", probabilities
+    (n, classes) (post-processing of the released noisy votes)."""
+    if config.answer_targets == "posterior":
+        return plurality_posterior(answers.votes[answers.confident], sigma)
+    return answers.labels[answers.confident]
+
+
+def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_classes: int, sigma: float,
                   progress: Progress | None = None) -> tuple[torch.nn.Module, list[dict]]:
-    """Round 1 learns from the kept answers; each self-training round starts afresh from those answers plus the
-    public images the previous student labels with at least `pseudo_label_confidence` (post-processing). With
-    consistency training every round also learns from the whole public pool, unlabelled. Progress records carry
-    "done", the units of `config.progress_total()` finished so far."""
-    images, labels = split.pool[answers.indices[answers.confident]], answers.labels[answers.confident]
+    """Round 1 learns from the kept answers (`answer_targets`); each self-training round starts afresh from those
+    answers plus the public images the previous student labels with at least `pseudo_label_confidence`
+    (post-processing). With consistency training every round also learns from the whole public pool, unlabelled.
+    Progress records carry "done", the units of `config.progress_total()` finished so far."""
+    images, labels = split.pool[answers.indices[answers.confident]], answer_targets(answers, config, sigma)
     if not len(labels):
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
+    soft = labels.dim() == 2
     labelled = torch.zeros(len(split.pool), dtype=torch.bool)
     labelled[answers.indices[answers.confident]] = True
     student, history = None, []
@@ -246,17 +288,19 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
             unlabelled = split.pool[~labelled]
             beliefs = probabilities(student, unlabelled, device=config.device)
             sure = beliefs.max(1).values >= config.pseudo_label_confidence
+            guesses = beliefs.argmax(1)[sure]
             train_images = torch.cat([images, unlabelled[sure]])
-            train_labels = torch.cat([labels, beliefs.argmax(1)[sure]])
+            train_labels = torch.cat([labels, F.one_hot(guesses, num_classes).float() if soft else guesses])
         if config.student_training == "consistency":
             step_progress = None if progress is None else (
                 lambda record, before=(round_ - 1) * work: progress({**record, "done": before + record["step"]}))
             student, training = train_consistency(train_images, train_labels, split.pool, split.x_eval, split.y_eval,
                                                   num_classes, config.consistency_config(), step_progress)
         else:
-            dataset = ImageDataset("pate-student", train_images, train_labels, split.x_eval, split.y_eval,
-                                   num_classes, split.description)
-            student, training = train_classifier(dataset, config.supervised_config(), evaluate_each_epoch=False)
+            dataset = ImageDataset("pate-student", train_images, train_labels.argmax(1) if soft else train_labels,
+                                   split.x_eval, split.y_eval, num_classes, split.description)
+            student, training = train_classifier(dataset, config.supervised_config(), evaluate_each_epoch=False,
+                                                 targets=train_labels if soft else None)
         history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
                         "wall_seconds": training["wall_seconds"]})
         if progress:
@@ -290,16 +334,17 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
         state_dir.mkdir(parents=True, exist_ok=True)
         answers.save(answers_path)
     release_seconds = time.perf_counter() - started
-    student, history = train_student(split, answers, config, num_classes, progress)
+    student, history = train_student(split, answers, config, num_classes, plan.sigma, progress)
     summary = {key: value for key, value in plan.summary(config.queries).items()
                if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
     privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
-               "aggregation": "noisy plurality of the members' votes over all classes (GNMax), data-independent "
-                              "accounting",
+               "aggregation": "the members' vote counts over all classes plus Gaussian noise (GNMax: the noisy "
+                              "histogram is released, its winner is the label), data-independent accounting",
                "unit": "one private training example (it changes one member's vote)",
                "covered": "the student: it learns only from public images and the noisy answers (post-processing), "
                           "provided the public images hold no private example",
                "vote_margin": config.vote_margin,
+               "answer_targets": config.answer_targets,
                "kept_answers": int(answers.confident.sum())}
     figures = {"privacy": privacy, "public": split.description, "history": history,
                "answer_accuracy": answer_accuracy(answers, split.pool_labels),

@@ -244,7 +244,8 @@ def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
 PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), ("budget_epsilon", "budget"),
              ("teachers", "teachers (ensemble)"), ("queries", "answers released"),
              ("kept_answers", "answers kept (noisy lead >= vote margin)"), ("sigma", "sigma (noise std per vote count)"),
-             ("noise_multiplier", "noise multiplier (std / sqrt 2)"), ("vote_margin", "vote margin (sigmas)"))
+             ("noise_multiplier", "noise multiplier (std / sqrt 2)"), ("vote_margin", "vote margin (sigmas)"),
+             ("answer_targets", "student's targets (argmax: noisy winner; posterior: soft)"))
 
 
 def pate_markdown(report: dict[str, Any]) -> str:

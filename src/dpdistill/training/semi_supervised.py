@@ -54,7 +54,8 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
                       num_classes: int, config: ConsistencyConfig,
                       progress: Callable[[dict], None] | None = None) -> tuple[Classifier, dict]:
     """Train `config.arch` (Adam, cosine decay) on labelled `images` and `unlabelled` ones; report test accuracy
-    and how many unlabelled images passed the threshold in the last steps (the share it trusts itself on)."""
+    and how many unlabelled images passed the threshold in the last steps (the share it trusts itself on).
+    `labels` are class indices (n,) or class probabilities (n, classes) (soft targets)."""
     if not len(labels):
         raise ConfigError("consistency training needs at least one labelled image")
     device = torch.device(config.device)

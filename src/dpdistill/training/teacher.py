@@ -154,9 +154,15 @@ def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_clas
 
 
 def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Callable[[dict], None] | None = None,
-                     evaluate_each_epoch: bool = True) -> tuple[Classifier, dict]:
+                     evaluate_each_epoch: bool = True, targets: Tensor | None = None) -> tuple[Classifier, dict]:
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
-    (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members)."""
+    (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members). `targets`
+    (N, classes), class probabilities, replace the training labels where soft targets are known."""
+    if targets is not None and targets.shape != (len(dataset.y_train), dataset.num_classes):
+        expected = (len(dataset.y_train), dataset.num_classes)
+        raise ConfigError(f"soft targets must be (training images, classes) = {expected}, got "
+                          f"{tuple(targets.shape)}")
+    labels = dataset.y_train if targets is None else targets
     device = torch.device(config.device)
     steps_per_epoch = -(-len(dataset.x_train) // config.batch_size)
     epochs = max(config.epochs, -(-config.min_steps // steps_per_epoch))
@@ -174,7 +180,7 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Cal
             images = dataset.x_train[index].to(device)
             if config.augment_shift:
                 images = shift_and_flip(images, config.augment_shift, flip=False)
-            loss = F.cross_entropy(model(images), dataset.y_train[index].to(device))
+            loss = F.cross_entropy(model(images), labels[index].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

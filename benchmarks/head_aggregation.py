@@ -1,0 +1,149 @@
+"""What the M = 1,000 heads' answers can teach at sound epsilon 1, and two other ways to aggregate such heads.
+
+    .venv/bin/python benchmarks/head_aggregation.py [HEADS_DIR]
+
+HEADS_DIR defaults to the harness's `runs/bench/teachers-1000-heads-long-fmnist/seed0` (its encoder is read from
+the ensemble). About two minutes on 2 cores. Three parts, each on the 5,000 public test images (answers) and the
+other 5,000 (accuracy), Fashion-MNIST:
+
+1. Answer targets. For seeds 0 to 2, the 500 answers `dpdistill pate --epsilon 1 --queries 500 --seed S` releases
+   (the same noisy votes), and a linear probe on the frozen encoder's features trained on them: from the noisy
+   winners (`--answer-targets argmax`), from the posterior of the plurality (`posterior`), and, as a ceiling,
+   from the true labels of the same images. A minute's proxy for the consistency-trained student.
+2. Heads fitted by linear discriminant analysis instead of logistic regression: each head's class means of its
+   own partition with one shared covariance from the public images' features (shrunk towards its mean
+   variance). Their plurality, and how often 500 GNMax answers at epsilon 1 are right (mean of five draws).
+3. Parameter averaging instead of voting (subsample and aggregate): the heads' weights, each clipped to the
+   median norm C, summed, plus one Gaussian draw of std z * 2C calibrated to epsilon 1 (one example changes one
+   head, by at most 2C). The average's accuracy without noise and with it (mean of five draws).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dpdistill.data import load_dataset
+from dpdistill.data.partition import partition_indices
+from dpdistill.data.public import public_split
+from dpdistill.evaluation.metrics import features
+from dpdistill.methods.pate import PateConfig, plurality_posterior, release_answers
+from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts
+from dpdistill.privacy.accounting import calibrate_gaussian
+from dpdistill.privacy.budget import plan_privacy
+from dpdistill.privacy.mechanisms import noisy_votes
+
+PUBLIC, ANSWERS, DELTA = 5000, 500, 1e-5
+
+
+def probe_accuracy(train: Tensor, targets: Tensor, test: Tensor, test_labels: Tensor) -> float:
+    """A linear probe (Adam 0.01, weight decay 1e-3, 500 full-batch steps) on `targets`: indices or probabilities."""
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(train.shape[1], 10)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-2, weight_decay=1e-3)
+    for _ in range(500):
+        loss = F.cross_entropy(probe(train), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        return (probe(test).argmax(1) == test_labels).float().mean().item()
+
+
+def answer_targets(heads: HeadEnsemble, split, public: Tensor, measured: Tensor) -> None:
+    centre, scale = public.mean(0), public.std(0) + 1e-6  # the probe's inputs, standardised by public statistics
+    public, measured = (public - centre) / scale, (measured - centre) / scale
+    scores: dict[str, list[float]] = {"argmax": [], "posterior": [], "true labels": []}
+    right = []
+    for seed in range(3):
+        config = PateConfig(epsilon=1.0, queries=ANSWERS, public_size=PUBLIC, seed=seed)
+        plan = plan_privacy(config.privacy_request(len(heads), 10), 10, ANSWERS, 1)
+        answers = release_answers(heads, split.pool, plan, config, 10)
+        truth = split.pool_labels[answers.indices]
+        right.append((answers.labels == truth).float().mean().item())
+        inputs = public[answers.indices]
+        for name, targets in (("argmax", answers.labels), ("posterior", plurality_posterior(answers.votes, plan.sigma)),
+                              ("true labels", truth)):
+            scores[name].append(probe_accuracy(inputs, targets, measured, split.y_eval))
+    print(f"1. answers right (seeds 0-2): {', '.join(f'{100 * value:.1f}%' for value in right)}; linear probe on them:")
+    for name, values in scores.items():
+        print(f"   {name:11s} {', '.join(f'{100 * value:.2f}' for value in values)}  mean "
+              f"{100 * sum(values) / 3:.2f}%")
+
+
+def lda_heads(train: Tensor, labels: Tensor, parts: list[Tensor], public: Tensor, shrink: float
+              ) -> tuple[Tensor, Tensor, Tensor]:
+    """Weights (M, F, classes), biases (M, classes) and the centring mean of LDA heads with the public covariance."""
+    mean = public.mean(0)
+    covariance = torch.cov((public - mean).T)
+    shrunk = (1 - shrink) * covariance + shrink * covariance.diagonal().mean() * torch.eye(len(covariance))
+    precision = torch.linalg.inv(shrunk)
+    weights, biases = [], []
+    for part in parts:
+        counts = torch.bincount(labels[part], minlength=10).float()
+        means = torch.zeros(10, train.shape[1]).index_add_(0, labels[part], train[part] - mean)
+        means = means / counts.clamp(min=1)[:, None]
+        bias = -0.5 * (means @ precision * means).sum(1)
+        weights.append(precision @ means.T)
+        biases.append(torch.where(counts > 0, bias, torch.full_like(bias, -1e9)))  # a missing class never wins
+    return torch.stack(weights), torch.stack(biases), mean
+
+
+def other_aggregations(heads: HeadEnsemble, split, public: Tensor, measured: Tensor) -> None:
+    dataset = load_dataset("fmnist")
+    train = features(heads.encoder, dataset.x_train)
+    parts = partition_indices(dataset.y_train, len(heads), None, 0)  # the heads' own partitions
+    sigma = plan_privacy(PateConfig(epsilon=1.0).privacy_request(len(heads), 10), 10, ANSWERS, 1).sigma
+
+    def compare(name: str, logits_of) -> None:
+        """Plurality on the measured images; GNMax answers on the first public ones at epsilon 1 (five draws)."""
+        with torch.no_grad():
+            measured_votes, public_votes = (plurality_counts(logits_of(images), 10)
+                                            for images in (measured, public[:ANSWERS]))
+        plurality = (measured_votes.argmax(1) == split.y_eval).float().mean().item()
+        generator = torch.Generator().manual_seed(0)
+        every_class = torch.ones_like(public_votes, dtype=torch.bool)
+        draws = [(noisy_votes(public_votes, every_class, sigma, generator).argmax(1)
+                  == split.pool_labels[:ANSWERS]).float().mean().item() for _ in range(5)]
+        print(f"2. {name}: plurality {100 * plurality:.2f}%, {ANSWERS} answers at epsilon 1 right "
+              f"{100 * sum(draws) / 5:.1f}%")
+
+    compare("logistic heads (the ensemble's own)", heads.head_logits)
+    for shrink in (0.3, 0.4, 0.5):
+        weight, bias, mean = lda_heads(train, dataset.y_train, parts, public, shrink)
+        compare(f"LDA heads, shrinkage {shrink}",
+                lambda images: torch.einsum("nf,mfc->mnc", images - mean, weight) + bias[:, None])
+    flat = torch.cat([heads.weight.detach().flatten(1), heads.bias.detach()], 1)
+    norms = flat.norm(dim=1)
+    clip = norms.median().item()
+    total = (flat * (clip / norms.clamp(min=clip))[:, None]).sum(0)
+    noise_std = calibrate_gaussian(1, 1.0, DELTA).noise_multiplier * 2 * clip
+
+    def accuracy(parameters: Tensor) -> float:
+        logits = measured @ parameters[:-10].view(-1, 10) + parameters[-10:]
+        return (logits.argmax(1) == split.y_eval).float().mean().item()
+
+    generator = torch.Generator().manual_seed(0)
+    noisy = [accuracy(total + noise_std * torch.randn(total.shape, generator=generator)) for _ in range(5)]
+    print(f"3. parameter mean of the logistic heads: {100 * accuracy(flat.mean(0)):.2f}% without noise, "
+          f"{100 * sum(noisy) / 5:.2f}% at epsilon 1 (clip {clip:.2f}, noise std {noise_std:.1f} on a sum of "
+          f"{len(flat)})")
+
+
+def main(heads_dir: Path) -> None:
+    heads, _ = load_teacher(heads_dir)
+    if not isinstance(heads, HeadEnsemble):
+        raise SystemExit(f"{heads_dir} is not an ensemble of heads (train-teacher --heads-only)")
+    dataset = load_dataset("fmnist")
+    split = public_split(dataset, None, PUBLIC)
+    public, measured = features(heads.encoder, split.pool), features(heads.encoder, split.x_eval)
+    answer_targets(heads, split, public, measured)
+    other_aggregations(heads, split, public, measured)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/bench/teachers-1000-heads-long-fmnist/seed0"))
