@@ -245,7 +245,7 @@ def plurality_posterior(noisy: Tensor, sigma: float, points: int = 801) -> Tenso
     that are the true counts plus N(0, sigma^2) each, under a flat prior on the true counts.
 
     Soft targets from an answer: certain where the noisy winner leads by several sigmas, shared with the runner-up
-    where the noise could have decided it (and the members' second choice is the class most like the first).
+    where the noise could have decided it (the members' second choice, often the class most like the first).
     P(class c wins) = E_t[prod_{j != c} Phi((noisy_c - noisy_j) / sigma + t)], t ~ N(0, 1), by quadrature on
     [-8, 8] (double precision), so the same noisy counts always give the same targets."""
     steps = torch.linspace(-8.0, 8.0, points, dtype=torch.float64)
