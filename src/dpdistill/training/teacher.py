@@ -158,8 +158,8 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Cal
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
     (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members). `targets`
     (N, classes), class probabilities, replace the training labels where soft targets are known."""
-    if targets is not None and targets.shape != (len(dataset.y_train), dataset.num_classes):
-        expected = (len(dataset.y_train), dataset.num_classes)
+    expected = (len(dataset.y_train), dataset.num_classes)
+    if targets is not None and tuple(targets.shape) != expected:
         raise ConfigError(f"soft targets must be (training images, classes) = {expected}, got "
                           f"{tuple(targets.shape)}")
     labels = dataset.y_train if targets is None else targets
