@@ -36,7 +36,7 @@ from dpdistill.methods.pate import PateConfig, plurality_posterior, release_answ
 from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts
 from dpdistill.privacy.accounting import calibrate_gaussian
 from dpdistill.privacy.budget import plan_privacy
-from dpdistill.privacy.mechanisms import noisy_votes
+from head_members import answer_sigma, answers_right  # the same measurement of GNMax answers
 
 PUBLIC, ANSWERS, DELTA = 5000, 500, 1e-5
 
@@ -114,7 +114,7 @@ def other_aggregations(heads: HeadEnsemble, split, public: Tensor, measured: Ten
     dataset = load_dataset("fmnist")
     train = features(heads.encoder, dataset.x_train)
     parts = partition_indices(dataset.y_train, len(heads), None, 0)  # the heads' own partitions
-    sigma = plan_privacy(PateConfig(epsilon=1.0).privacy_request(len(heads), 10), 10, ANSWERS, 1).sigma
+    sigma = answer_sigma(1.0, ANSWERS)
 
     def compare(name: str, logits_of) -> None:
         """Plurality on the measured images; GNMax answers on the first public ones at epsilon 1 (five draws)."""
@@ -122,12 +122,9 @@ def other_aggregations(heads: HeadEnsemble, split, public: Tensor, measured: Ten
             measured_votes, public_votes = (plurality_counts(logits_of(images), 10)
                                             for images in (measured, public[:ANSWERS]))
         plurality = (measured_votes.argmax(1) == split.y_eval).float().mean().item()
-        generator = torch.Generator().manual_seed(0)
-        every_class = torch.ones_like(public_votes, dtype=torch.bool)
-        draws = [(noisy_votes(public_votes, every_class, sigma, generator).argmax(1)
-                  == split.pool_labels[:ANSWERS]).float().mean().item() for _ in range(5)]
+        right = answers_right(public_votes, split.pool_labels[:ANSWERS], sigma)
         print(f"2. {name}: plurality {100 * plurality:.2f}%, {ANSWERS} answers at epsilon 1 right "
-              f"{100 * sum(draws) / 5:.1f}%")
+              f"{100 * right:.1f}%")
 
     compare("logistic heads (the ensemble's own)", heads.head_logits)
     for shrink in (0.3, 0.4, 0.5):

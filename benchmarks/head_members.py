@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from dpdistill.data import load_dataset
 from dpdistill.data.partition import partition_indices
@@ -31,14 +32,27 @@ PUBLIC = 5000
 ANSWERS = (200, 500, 1000, 2000)
 
 
+def answer_sigma(epsilon: float, answers: int) -> float:
+    """The GNMax noise std `dpdistill pate` calibrates for `answers` answers at sound `epsilon` (delta 1e-5)."""
+    return plan_privacy(PateConfig(epsilon=epsilon).privacy_request(2, 10), 10, answers, 1).sigma
+
+
+def answers_right(votes: Tensor, labels: Tensor, sigma: float, draws: int = 5) -> float:
+    """How often GNMax answers on images with these `votes` (n, classes) name their `labels`: the mean over
+    `draws` noise draws (seeded, so reruns agree)."""
+    generator = torch.Generator().manual_seed(0)
+    every_class = torch.ones_like(votes, dtype=torch.bool)
+    return sum((noisy_votes(votes, every_class, sigma, generator).argmax(1) == labels).float().mean().item()
+               for _ in range(draws)) / draws
+
+
 def main(encoder_dir: Path) -> None:
     dataset = load_dataset("fmnist")
     encoder = load_encoder(encoder_dir, "cnn", dataset.input_shape, dataset.num_classes)
     train_features, test_features = features(encoder, dataset.x_train), features(encoder, dataset.x_test)
     public, measured = test_features[:PUBLIC], test_features[PUBLIC:]
     public_labels, measured_labels = dataset.y_test[:PUBLIC], dataset.y_test[PUBLIC:]
-    sigmas = {(epsilon, count): plan_privacy(PateConfig(epsilon=epsilon).privacy_request(2, 10), 10, count, 1).sigma
-              for epsilon in (1.0, 10.0) for count in ANSWERS}
+    sigmas = {(epsilon, count): answer_sigma(epsilon, count) for epsilon in (1.0, 10.0) for count in ANSWERS}
     config = TeacherConfig(lr=0.01, weight_decay=0.01, min_steps=300, init=str(encoder_dir), heads_only=True)
     for members in (1, 250, 500, 1000, 2000):
         started = time.perf_counter()
@@ -50,13 +64,8 @@ def main(encoder_dir: Path) -> None:
         member_mean = (measured_logits.argmax(-1) == measured_labels).float().mean().item()
         plurality = plurality_counts(measured_logits, 10).argmax(1)
         counts = plurality_counts(public_logits, 10)
-        every_class = torch.ones_like(counts, dtype=torch.bool)
-        right = []
-        for (epsilon, count), sigma in sigmas.items():
-            generator = torch.Generator().manual_seed(0)
-            draws = [(noisy_votes(counts[:count], every_class[:count], sigma, generator).argmax(1)
-                      == public_labels[:count]).float().mean().item() for _ in range(5)]
-            right.append(f"eps {epsilon:g}, {count}: {100 * sum(draws) / 5:.1f}%")
+        right = [f"eps {epsilon:g}, {count}: {100 * answers_right(counts[:count], public_labels[:count], sigma):.1f}%"
+                 for (epsilon, count), sigma in sigmas.items()]
         print(f"M={members}: members {100 * member_mean:.2f}%, plurality "
               f"{100 * (plurality == measured_labels).float().mean().item():.2f}%, "
               f"{time.perf_counter() - started:.0f} s; answers right: {'; '.join(right)}", flush=True)
