@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
@@ -209,3 +210,11 @@ def test_damaged_answers_are_a_clear_error(tmp_path: Path):
     with pytest.raises(CheckpointError, match="damaged") as caught:
         Answers.load(tmp_path / ANSWERS_FILE, 10)
     assert "spending the budget twice" in str(caught.value)
+
+
+def test_answers_without_the_noisy_histogram_are_named_as_older(tmp_path: Path):
+    save_file({"indices": torch.arange(10), "labels": torch.zeros(10, dtype=torch.int64),
+               "confident": torch.ones(10, dtype=torch.bool)}, tmp_path / ANSWERS_FILE)
+    with pytest.raises(CheckpointError, match="older dpdistill") as caught:
+        Answers.load(tmp_path / ANSWERS_FILE, 10)
+    assert "damaged" not in str(caught.value) and "budget twice" in str(caught.value)

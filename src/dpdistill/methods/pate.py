@@ -162,6 +162,10 @@ class Answers:
     def load(cls, path: Path, queries: int) -> "Answers":
         try:
             tensors = load_file(path)
+            if "votes" not in tensors and {"indices", "labels", "confident"} <= tensors.keys():
+                raise CheckpointError(f"the released answers in {path} were written by an older dpdistill that kept "
+                                      f"only the noisy winners, not the noisy histogram this version resumes from; "
+                                      f"asking again would spend the budget twice: start a new run elsewhere")
             answers = cls(*(tensors[name] for name in ANSWER_FIELDS))
         except (SafetensorError, KeyError, OSError) as error:
             raise CheckpointError(f"the released answers in {path} are damaged ({error}); they cannot be asked "
