@@ -3,14 +3,15 @@
     .venv/bin/python benchmarks/head_aggregation.py [HEADS_DIR]
 
 HEADS_DIR defaults to the harness's `runs/bench/teachers-1000-heads-long-fmnist/seed0` (its encoder is read from
-the ensemble). About two minutes on 2 cores. Three parts, each on the 5,000 public test images (answers) and the
+the ensemble). About 80 s on 2 cores. Three parts, each on the 5,000 public test images (answers) and the
 other 5,000 (accuracy), Fashion-MNIST:
 
 1. Answer targets. For seeds 0 to 2, the 500 answers `dpdistill pate --epsilon 1 --queries 500 --seed S` releases
    (the same noisy votes), and a linear probe on the frozen encoder's features trained on them: from the noisy
    winners (`--answer-targets argmax`), the same with two losses meant for noisy labels (label smoothing 0.1,
    generalized cross-entropy q = 0.7), from the posterior of the plurality (`posterior`), and, as a ceiling,
-   from the true labels of the same images. A minute's proxy for the consistency-trained student.
+   from the true labels of the same images. A minute's proxy for the consistency-trained student. Then (1b) the
+   noisy winners against the posterior for 300 to 1,500 answers, the same budget.
 2. Heads fitted by linear discriminant analysis instead of logistic regression: each head's class means of its
    own partition with one shared covariance from the public images' features (shrunk towards its mean
    variance). Their plurality, and how often 500 GNMax answers at epsilon 1 are right (mean of five draws).
@@ -32,7 +33,7 @@ from dpdistill.data import load_dataset
 from dpdistill.data.partition import partition_indices
 from dpdistill.data.public import public_split
 from dpdistill.evaluation.metrics import features
-from dpdistill.methods.pate import PateConfig, plurality_posterior, release_answers
+from dpdistill.methods.pate import Answers, PateConfig, plurality_posterior, release_answers
 from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts
 from dpdistill.privacy.accounting import calibrate_gaussian
 from dpdistill.privacy.budget import plan_privacy
@@ -61,23 +62,33 @@ def probe_accuracy(train: Tensor, targets: Tensor, test: Tensor, test_labels: Te
         return (probe(test).argmax(1) == test_labels).float().mean().item()
 
 
+def released(heads: HeadEnsemble, split, queries: int, seed: int) -> tuple[Answers, float]:
+    """The answers `dpdistill pate --epsilon 1 --queries Q --seed S` releases, and their sigma."""
+    config = PateConfig(epsilon=1.0, queries=queries, public_size=PUBLIC, seed=seed)
+    plan = plan_privacy(config.privacy_request(len(heads), 10), 10, queries, 1)
+    return release_answers(heads, split.pool, plan, config, 10), plan.sigma
+
+
+def standardised(public: Tensor, measured: Tensor) -> tuple[Tensor, Tensor]:
+    """The probe's inputs, standardised by the public images' statistics."""
+    centre, scale = public.mean(0), public.std(0) + 1e-6
+    return (public - centre) / scale, (measured - centre) / scale
+
+
 def answer_targets(heads: HeadEnsemble, split, public: Tensor, measured: Tensor) -> None:
-    centre, scale = public.mean(0), public.std(0) + 1e-6  # the probe's inputs, standardised by public statistics
-    public_raw, public, measured = public, (public - centre) / scale, (measured - centre) / scale
+    public_raw, (public, measured) = public, standardised(public, measured)
     scores: dict[str, list[float]] = {name: [] for name in ("argmax", "smoothed 0.1", "GCE 0.7", "posterior",
                                                              "true labels")}
     right, exact = [], []
     for seed in range(3):
-        config = PateConfig(epsilon=1.0, queries=ANSWERS, public_size=PUBLIC, seed=seed)
-        plan = plan_privacy(config.privacy_request(len(heads), 10), 10, ANSWERS, 1)
-        answers = release_answers(heads, split.pool, plan, config, 10)
+        answers, sigma = released(heads, split, ANSWERS, seed)
         truth = split.pool_labels[answers.indices]
         right.append((answers.labels == truth).float().mean().item())
         with torch.no_grad():  # the same images' plurality without noise
             exact.append((plurality_counts(heads.head_logits(public_raw[answers.indices]), 10).argmax(1)
                           == truth).float().mean().item())
         inputs = public[answers.indices]
-        posterior = plurality_posterior(answers.votes, plan.sigma)
+        posterior = plurality_posterior(answers.votes, sigma)
         for name, targets, loss_of in (
                 ("argmax", answers.labels, F.cross_entropy),
                 ("smoothed 0.1", answers.labels, lambda logits, labels: F.cross_entropy(logits, labels,
@@ -90,6 +101,22 @@ def answer_targets(heads: HeadEnsemble, split, public: Tensor, measured: Tensor)
     for name, values in scores.items():
         print(f"   {name:12s} {', '.join(f'{100 * value:.2f}' for value in values)}  mean "
               f"{100 * sum(values) / 3:.2f}%")
+
+
+def answer_counts(heads: HeadEnsemble, split, public: Tensor, measured: Tensor) -> None:
+    """Whether soft targets move the best number of answers: more answers carry more noise each, which the
+    posterior states, so it could afford more of them than the noisy winners do."""
+    public, measured = standardised(public, measured)
+    for queries in (300, 500, 750, 1000, 1500):
+        scores: dict[str, list[float]] = {"argmax": [], "posterior": []}
+        for seed in range(3):
+            answers, sigma = released(heads, split, queries, seed)
+            inputs = public[answers.indices]
+            scores["argmax"].append(probe_accuracy(inputs, answers.labels, measured, split.y_eval))
+            scores["posterior"].append(probe_accuracy(inputs, plurality_posterior(answers.votes, sigma), measured,
+                                                      split.y_eval))
+        print(f"1b. {queries} answers (sigma {sigma:.1f}): probe "
+              + ", ".join(f"{name} {100 * sum(values) / 3:.2f}%" for name, values in scores.items()))
 
 
 def lda_heads(train: Tensor, labels: Tensor, parts: list[Tensor], public: Tensor, shrink: float
@@ -156,6 +183,7 @@ def main(heads_dir: Path) -> None:
     split = public_split(dataset, None, PUBLIC)
     public, measured = features(heads.encoder, split.pool), features(heads.encoder, split.x_eval)
     answer_targets(heads, split, public, measured)
+    answer_counts(heads, split, public, measured)
     other_aggregations(heads, split, public, measured)
 
 

@@ -238,6 +238,11 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                                           f"PATE on public images, {from_encoder}", dataset, epsilon, queries,
                                           seeds, pretrained, *FIXMATCH_STUDENT), encoder=encoder)
              for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, headline_seeds))]
+    # The same epsilon-10 answers learnt as soft posterior targets (post-processing of the released histogram).
+    runs.append(dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-posterior-eps10-q2000-{dataset}",
+                                             f"PATE on public images, {from_encoder}, soft posterior targets",
+                                             dataset, "10", 2000, headline_seeds, pretrained, *FIXMATCH_STUDENT,
+                                             "--answer-targets", "posterior"), encoder=encoder))
     # Members as linear heads on the frozen encoder: M = 1000 trains in a minute (separate networks: hours), and
     # its votes lead by more, so epsilon 1 affords more answers; M = 500, stronger members and fewer answers.
     # "long": the same pretraining, four times as many steps (its features make better heads).

@@ -66,7 +66,9 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-100-shift-fixmatch-eps10-q2000-fmnist", "pretrain-fmnist",
                                           "teachers-250-pretrained-fmnist",
                                           "pate-250-pretrained-fixmatch-eps1-q200-fmnist",
-                                          "pate-250-pretrained-fixmatch-eps10-q2000-fmnist", "pretrain-long-fmnist",
+                                          "pate-250-pretrained-fixmatch-eps10-q2000-fmnist",
+                                          "pate-250-pretrained-fixmatch-posterior-eps10-q2000-fmnist",
+                                          "pretrain-long-fmnist",
                                           "teachers-1000-heads-fmnist", "pate-1000-heads-fixmatch-eps1-q500-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist", "teachers-500-heads-fmnist",
@@ -88,6 +90,10 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert margin.args[-2:] == ("--vote-margin", "1.5")
     soft = next(run for run in runs if run.name == "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist")
     assert soft.args[-2:] == ("--answer-targets", "posterior") and "--vote-margin" not in soft.args
+    soft10 = next(run for run in runs if run.name == "pate-250-pretrained-fixmatch-posterior-eps10-q2000-fmnist")
+    plain10 = next(run for run in runs if run.name == "pate-250-pretrained-fixmatch-eps10-q2000-fmnist")
+    assert soft10.args == (*plain10.args, "--answer-targets", "posterior")  # the same answers, other targets
+    assert (soft10.teacher, soft10.encoder) == (plain10.teacher, plain10.encoder)
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
