@@ -245,14 +245,16 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                                              "--answer-targets", "posterior"), encoder=encoder))
     # Members as linear heads on the frozen encoder: M = 1000 trains in a minute (separate networks: hours), and
     # its votes lead by more, so epsilon 1 affords more answers; M = 500, stronger members and fewer answers.
-    # "long": the same pretraining, four times as many steps (its features make better heads).
-    encoders = {"": encoder, "long": f"pretrain-long-{dataset}"}
-    runs.append(Run(encoders["long"], "contrastive pretraining on the public pool, 2,400 steps (no accuracy: an "
-                    "encoder)", dataset, ("--steps", "2400"), command="pretrain",
-                    quick_args=PRETRAIN_QUICK))
+    # "long" and "longer": the same pretraining, four and eight times as many steps (better features, better heads).
+    encoders = {"": encoder}
+    for pretraining, steps in LONGER_PRETRAINING.items():
+        encoders[pretraining] = f"pretrain-{pretraining}-{dataset}"
+        runs.append(Run(encoders[pretraining], f"contrastive pretraining on the public pool, {steps:,} steps (no "
+                        "accuracy: an encoder)", dataset, ("--steps", str(steps)), command="pretrain",
+                        quick_args=PRETRAIN_QUICK))
     for pretraining, members, answers in HEAD_ENSEMBLES:
         tag, source = f"-{pretraining}" if pretraining else "", encoders[pretraining]
-        longer = ", encoder pretrained 2,400 steps" if pretraining else ""
+        longer = f", encoder pretrained {LONGER_PRETRAINING[pretraining]:,} steps" if pretraining else ""
         heads = f"teachers-{members}-heads{tag}-{dataset}"
         runs.append(Run(heads, f"teacher ensemble (mean probability), linear heads on the frozen encoder{longer}",
                         dataset, ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay",
@@ -290,7 +292,9 @@ FIXMATCH_STUDENT = ("--student-arch", "cnn", "--student-training", "consistency"
 # every answer and say how sure each one is.
 HEAD_ENSEMBLES = (("", 1000, ((500, 0, True, False), (1000, 0, False, False), (1000, 1.5, False, False))),
                   ("", 500, ((300, 0, False, False),)),
-                  ("long", 1000, ((500, 0, True, False), (500, 0, True, True))))
+                  ("long", 1000, ((500, 0, True, False), (500, 0, True, True))),
+                  ("longer", 1000, ((500, 0, True, True),)))
+LONGER_PRETRAINING = {"long": 2400, "longer": 4800}  # contrastive steps of the longer encoders (the default: 600)
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,

@@ -68,14 +68,16 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-250-pretrained-fixmatch-eps1-q200-fmnist",
                                           "pate-250-pretrained-fixmatch-eps10-q2000-fmnist",
                                           "pate-250-pretrained-fixmatch-posterior-eps10-q2000-fmnist",
-                                          "pretrain-long-fmnist",
+                                          "pretrain-long-fmnist", "pretrain-longer-fmnist",
                                           "teachers-1000-heads-fmnist", "pate-1000-heads-fixmatch-eps1-q500-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-fmnist",
                                           "pate-1000-heads-fixmatch-eps1-q1000-m1.5-fmnist", "teachers-500-heads-fmnist",
                                           "pate-500-heads-fixmatch-eps1-q300-fmnist",
                                           "teachers-1000-heads-long-fmnist",
                                           "pate-1000-heads-long-fixmatch-eps1-q500-fmnist",
-                                          "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist"]
+                                          "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist",
+                                          "teachers-1000-heads-longer-fmnist",
+                                          "pate-1000-heads-longer-fixmatch-posterior-eps1-q500-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
     assert names("teachers-1000-heads-fmnist") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
@@ -90,6 +92,8 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert margin.args[-2:] == ("--vote-margin", "1.5")
     soft = next(run for run in runs if run.name == "pate-1000-heads-long-fixmatch-posterior-eps1-q500-fmnist")
     assert soft.args[-2:] == ("--answer-targets", "posterior") and "--vote-margin" not in soft.args
+    longer = next(run for run in runs if run.name == "pretrain-longer-fmnist")
+    assert longer.args == ("--steps", "4800")
     soft10 = next(run for run in runs if run.name == "pate-250-pretrained-fixmatch-posterior-eps10-q2000-fmnist")
     plain10 = next(run for run in runs if run.name == "pate-250-pretrained-fixmatch-eps10-q2000-fmnist")
     assert soft10.args == (*plain10.args, "--answer-targets", "posterior")  # the same answers, other targets
