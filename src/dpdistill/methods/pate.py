@@ -162,7 +162,7 @@ class Answers:
     def load(cls, path: Path, queries: int) -> "Answers":
         try:
             tensors = load_file(path)
-            if "votes" not in tensors and {"indices", "labels", "confident"} <= tensors.keys():
+            if set(ANSWER_FIELDS) - tensors.keys() == {"votes"}:  # every field but the histogram
                 raise CheckpointError(f"the released answers in {path} were written by an older dpdistill that kept "
                                       f"only the noisy winners, not the noisy histogram this version resumes from; "
                                       f"asking again would spend the budget twice: start a new run elsewhere")
