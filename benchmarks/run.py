@@ -296,7 +296,7 @@ HEAD_ENSEMBLES = (("", 1000, (("1", 500, 0, True, False), ("1", 1000, 0, False, 
                   ("", 500, (("1", 300, 0, False, False),)),
                   ("long", 1000, (("1", 500, 0, True, False), ("1", 500, 0, True, True))),
                   ("longer", 1000, (("1", 500, 0, True, True),)),
-                  ("longer", 100, (("10", 500, 0, True, True),)))
+                  ("longer", 100, (("10", 500, 0, True, True), ("10", 1000, 0, False, True))))
 LONGER_PRETRAINING = {"long": 2400, "longer": 4800}  # contrastive steps of the longer encoders (the default: 600)
 
 

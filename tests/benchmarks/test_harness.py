@@ -79,7 +79,8 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "teachers-1000-heads-longer-fmnist",
                                           "pate-1000-heads-longer-fixmatch-posterior-eps1-q500-fmnist",
                                           "teachers-100-heads-longer-fmnist",
-                                          "pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist"]
+                                          "pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist",
+                                          "pate-100-heads-longer-fixmatch-posterior-eps10-q1000-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
     assert names("teachers-1000-heads-fmnist") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
