@@ -269,6 +269,19 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                                                                    else ()),
                                               *(("--answer-targets", "posterior") if soft else ())), encoder=source)
                  for epsilon, queries, margin, headline, soft in answers]
+    # At epsilon 10, separate networks from the 4,800-step encoder on shifted images, M = 100: members stronger
+    # than heads, still enough votes to outrun the noise of 500 answers.
+    members, shift = SHIFTED_ENSEMBLE
+    strong = f"teachers-{members}-pretrained-longer-{dataset}"
+    runs.append(Run(strong, "teacher ensemble (mean probability), members from the encoder pretrained 4,800 steps, "
+                    "shifted images", dataset, ("--partitions", members, "--epochs", "5", *shift),
+                    command="train-teacher", quick_args=("--epochs", "1", "--min-steps", "10"),
+                    encoder=encoders["longer"]))
+    runs.append(dataclasses.replace(pate_row(f"pate-{members}-pretrained-longer-fixmatch-posterior-eps10-q500-"
+                                             f"{dataset}", f"PATE on public images, {from_encoder}, encoder "
+                                             "pretrained 4,800 steps, soft posterior targets", dataset, "10", 500,
+                                             headline_seeds, strong, *FIXMATCH_STUDENT, "--answer-targets",
+                                             "posterior"), encoder=encoders["longer"]))
     # DP-SGD from the same public encoder, what PATE's best rows start from: its last layer alone on the frozen
     # features (a private linear probe: 5,770 weights, so little noise per weight), or every layer but BatchNorm.
     for epsilon in ("1", "10"):

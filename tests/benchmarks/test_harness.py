@@ -80,7 +80,9 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
                                           "pate-1000-heads-longer-fixmatch-posterior-eps1-q500-fmnist",
                                           "teachers-100-heads-longer-fmnist",
                                           "pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist",
-                                          "pate-100-heads-longer-fixmatch-posterior-eps10-q1000-fmnist"]
+                                          "pate-100-heads-longer-fixmatch-posterior-eps10-q1000-fmnist",
+                                          "teachers-100-pretrained-longer-fmnist",
+                                          "pate-100-pretrained-longer-fixmatch-posterior-eps10-q500-fmnist"]
     # The encoder a row's teachers start from comes too, before them.
     assert names("teachers-250-pretrained-*") == ["pretrain-fmnist", "teachers-250-pretrained-fmnist"]
     assert names("teachers-1000-heads-fmnist") == ["pretrain-fmnist", "teachers-1000-heads-fmnist"]
@@ -104,6 +106,8 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     heads10 = next(run for run in runs if run.name == "pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist")
     assert heads10.args[:4] == ("--epsilon", "10", "--queries", "500")
     assert (heads10.teacher, heads10.encoder) == ("teachers-100-heads-longer-fmnist", "pretrain-longer-fmnist")
+    assert names("teachers-100-pretrained-longer-*") == ["pretrain-longer-fmnist",
+                                                         "teachers-100-pretrained-longer-fmnist"]
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
