@@ -166,9 +166,8 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                             ("--method", method, "--epsilon", epsilon, *settings), command="train-private",
                             quick_args=("--epochs", "1")))
     for members in ENSEMBLE_SIZES:
-        runs.append(Run(f"teachers-{members}-{dataset}", "teacher ensemble (mean probability)", dataset,
-                        ("--partitions", str(members), "--epochs", "5"), command="train-teacher",
-                        quick_args=("--epochs", "1", "--min-steps", "10")))
+        runs.append(ensemble_row(f"teachers-{members}-{dataset}", "teacher ensemble (mean probability)", dataset,
+                                 members))
     # Ensembles: one example changes one member, so the signal grows with M while the sensitivity stays put.
     # Data mode sums the members' bounded gradients; label mode takes a noisy plurality (GNMax) over all classes
     # (the student's top 3 would miss the answer). M = 1 is the `dpsd-*-eps*` rows.
@@ -206,9 +205,8 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                               f"teachers-{members}-{dataset}") for count in counts]
     members, shift = SHIFTED_ENSEMBLE
     teacher = f"teachers-{members}-shift-{dataset}"
-    runs.append(Run(teacher, "teacher ensemble (mean probability), members trained on shifted images", dataset,
-                    ("--partitions", members, "--epochs", "5", *shift), command="train-teacher",
-                    quick_args=("--epochs", "1", "--min-steps", "10")))
+    runs.append(ensemble_row(teacher, "teacher ensemble (mean probability), members trained on shifted images",
+                             dataset, members, *shift))
     runs += [pate_row(f"pate-{members}-shift-eps{epsilon}-q{count}-{dataset}", PATE_GROUP, dataset, epsilon, count,
                       headline_seeds if count == queries else 1, teacher)
              for epsilon, queries in PATE_QUERIES for count in (queries // 2, queries)]
@@ -230,9 +228,9 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset, (),
                     command="pretrain", quick_args=PRETRAIN_QUICK))
     pretrained = f"teachers-{largest}-pretrained-{dataset}"
-    runs.append(Run(pretrained, "teacher ensemble (mean probability), members from the encoder, shifted images",
-                    dataset, ("--partitions", str(largest), "--epochs", "5", *shift), command="train-teacher",
-                    quick_args=("--epochs", "1", "--min-steps", "10"), encoder=encoder))
+    runs.append(dataclasses.replace(ensemble_row(pretrained, "teacher ensemble (mean probability), members from "
+                                                 "the encoder, shifted images", dataset, largest, *shift),
+                                    encoder=encoder))
     from_encoder = "cnn student from the encoder, consistency training"
     runs += [dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-eps{epsilon}-q{queries}-{dataset}",
                                           f"PATE on public images, {from_encoder}", dataset, epsilon, queries,
@@ -272,14 +270,13 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     # At epsilon 10, separate networks from the 4,800-step encoder on shifted images, M = 100: members stronger
     # than heads, still enough votes to outrun the noise of 500 answers.
     members, shift = SHIFTED_ENSEMBLE
-    strong = f"teachers-{members}-pretrained-longer-{dataset}"
-    runs.append(Run(strong, "teacher ensemble (mean probability), members from the encoder pretrained 4,800 steps, "
-                    "shifted images", dataset, ("--partitions", members, "--epochs", "5", *shift),
-                    command="train-teacher", quick_args=("--epochs", "1", "--min-steps", "10"),
-                    encoder=encoders["longer"]))
+    strong, longer = f"teachers-{members}-pretrained-longer-{dataset}", f"{LONGER_PRETRAINING['longer']:,} steps"
+    runs.append(dataclasses.replace(ensemble_row(strong, f"teacher ensemble (mean probability), members from the "
+                                                 f"encoder pretrained {longer}, shifted images", dataset, members,
+                                                 *shift), encoder=encoders["longer"]))
     runs.append(dataclasses.replace(pate_row(f"pate-{members}-pretrained-longer-fixmatch-posterior-eps10-q500-"
                                              f"{dataset}", f"PATE on public images, {from_encoder}, encoder "
-                                             "pretrained 4,800 steps, soft posterior targets", dataset, "10", 500,
+                                             f"pretrained {longer}, soft posterior targets", dataset, "10", 500,
                                              headline_seeds, strong, *FIXMATCH_STUDENT, "--answer-targets",
                                              "posterior"), encoder=encoders["longer"]))
     # DP-SGD from the same public encoder, what PATE's best rows start from: its last layer alone on the frozen
@@ -311,6 +308,12 @@ HEAD_ENSEMBLES = (("", 1000, (("1", 500, 0, True, False), ("1", 1000, 0, False, 
                   ("longer", 1000, (("1", 500, 0, True, True),)),
                   ("longer", 100, (("10", 500, 0, True, True), ("10", 1000, 0, False, True))))
 LONGER_PRETRAINING = {"long": 2400, "longer": 4800}  # contrastive steps of the longer encoders (the default: 600)
+
+
+def ensemble_row(name: str, group: str, dataset: str, members: int | str, *extra: str) -> Run:
+    """A `dpdistill train-teacher` row: `members` separate networks on disjoint partitions, 5 epochs each."""
+    return Run(name, group, dataset, ("--partitions", str(members), "--epochs", "5", *extra), command="train-teacher",
+               quick_args=("--epochs", "1", "--min-steps", "10"))
 
 
 def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,
