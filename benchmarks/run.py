@@ -87,6 +87,10 @@ PRIVATE_TRAINING = (
      "reference, cnn student"),
 )
 PATE_GROUP = "PATE on public images (accuracy on the other half of the test split)"
+# The public pool is the first half of the test split: the commands' default 5,000 on Fashion-MNIST (10,000 test
+# images), 1,000 on the 10,000-image MNIST set (2,000). A row's answer count is given for the default pool.
+DEFAULT_POOL = 5000
+PUBLIC_POOL = {"mnist": 1000}
 TEACHER_COMMANDS = ("transcribe", "pate")  # commands that read a teacher row's output instead of a data set
 
 
@@ -200,44 +204,45 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     for members in ENSEMBLE_SIZES:
         for epsilon, queries in PATE_QUERIES:
             counts = (queries // 2, queries, queries * 2) if members == ENSEMBLE_SIZES[-1] else (queries,)
-            runs += [pate_row(f"pate-{members}-eps{epsilon}-q{count}-{dataset}", PATE_GROUP, dataset, epsilon, count,
+            runs += [pate_row(f"pate-{members}", PATE_GROUP, dataset, epsilon, count,
                               headline_seeds if members == ENSEMBLE_SIZES[-1] and count == queries else 1,
                               f"teachers-{members}-{dataset}") for count in counts]
     members, shift = SHIFTED_ENSEMBLE
     teacher = f"teachers-{members}-shift-{dataset}"
     runs.append(ensemble_row(teacher, "teacher ensemble (mean probability), members trained on shifted images",
                              dataset, members, *shift))
-    runs += [pate_row(f"pate-{members}-shift-eps{epsilon}-q{count}-{dataset}", PATE_GROUP, dataset, epsilon, count,
+    runs += [pate_row(f"pate-{members}-shift", PATE_GROUP, dataset, epsilon, count,
                       headline_seeds if count == queries else 1, teacher)
              for epsilon, queries in PATE_QUERIES for count in (queries // 2, queries)]
     # The best ensemble at each epsilon (M = 250 at 1, M = 100 shifted at 10) with the cnn student (the
     # teachers' architecture) instead of datalens.
     largest = ENSEMBLE_SIZES[-1]
     best = {"1": (f"pate-{largest}", f"teachers-{largest}-{dataset}"), "10": (f"pate-{members}-shift", teacher)}
-    runs += [pate_row(f"{best[epsilon][0]}-cnn-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
+    runs += [pate_row(f"{best[epsilon][0]}-cnn", "PATE on public images, cnn "
                       "student", dataset, epsilon, queries, headline_seeds, best[epsilon][1], "--student-arch", "cnn")
              for epsilon, queries in PATE_QUERIES]
     # The same answers, the cnn student trained by consistency (FixMatch) on them and the unlabelled public pool.
-    runs += [pate_row(f"{best[epsilon][0]}-fixmatch-eps{epsilon}-q{queries}-{dataset}", "PATE on public images, cnn "
+    runs += [pate_row(f"{best[epsilon][0]}-fixmatch", "PATE on public images, cnn "
                       "student, consistency training", dataset, epsilon, queries, headline_seeds, best[epsilon][1],
                       *FIXMATCH_STUDENT)
              for epsilon, queries in PATE_QUERIES]
     # Contrastive pretraining on the public pool (public, so free): M = 250's members and the epsilon-1 student
     # start from it instead of random weights.
     encoder = f"pretrain-{dataset}"
-    runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset, (),
+    runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset,
+                    pool_args(dataset),
                     command="pretrain", quick_args=PRETRAIN_QUICK))
     pretrained = f"teachers-{largest}-pretrained-{dataset}"
     runs.append(dataclasses.replace(ensemble_row(pretrained, "teacher ensemble (mean probability), members from "
                                                  "the encoder, shifted images", dataset, largest, *shift),
                                     encoder=encoder))
     from_encoder = "cnn student from the encoder, consistency training"
-    runs += [dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-eps{epsilon}-q{queries}-{dataset}",
+    runs += [dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch",
                                           f"PATE on public images, {from_encoder}", dataset, epsilon, queries,
                                           seeds, pretrained, *FIXMATCH_STUDENT), encoder=encoder)
              for epsilon, queries, seeds in (("1", 200, headline_seeds), ("10", 2000, headline_seeds))]
     # The same epsilon-10 answers learnt as soft posterior targets (post-processing of the released histogram).
-    runs.append(dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-posterior-eps10-q2000-{dataset}",
+    runs.append(dataclasses.replace(pate_row(f"pate-{largest}-pretrained-fixmatch-posterior",
                                              f"PATE on public images, {from_encoder}, soft posterior targets",
                                              dataset, "10", 2000, headline_seeds, pretrained, *FIXMATCH_STUDENT,
                                              "--answer-targets", "posterior"), encoder=encoder))
@@ -248,7 +253,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     for pretraining, steps in LONGER_PRETRAINING.items():
         encoders[pretraining] = f"pretrain-{pretraining}-{dataset}"
         runs.append(Run(encoders[pretraining], f"contrastive pretraining on the public pool, {steps:,} steps (no "
-                        "accuracy: an encoder)", dataset, ("--steps", str(steps)), command="pretrain",
+                        "accuracy: an encoder)", dataset, ("--steps", str(steps), *pool_args(dataset)), command="pretrain",
                         quick_args=PRETRAIN_QUICK))
     for pretraining, members, answers in HEAD_ENSEMBLES:
         tag, source = f"-{pretraining}" if pretraining else "", encoders[pretraining]
@@ -257,15 +262,15 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
         runs.append(Run(heads, f"teacher ensemble (mean probability), linear heads on the frozen encoder{longer}",
                         dataset, ("--partitions", str(members), "--heads-only", "--lr", "0.01", "--weight-decay",
                                   "0.01"), command="train-teacher", quick_args=("--min-steps", "10"), encoder=source))
-        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads{tag}-fixmatch{'-posterior' if soft else ''}"
-                                              f"-eps{epsilon}-q{queries}{f'-m{margin:g}' if margin else ''}-{dataset}",
+        runs += [dataclasses.replace(pate_row(f"pate-{members}-heads{tag}-fixmatch{'-posterior' if soft else ''}",
                                               f"PATE on public images, M = {members} heads, {from_encoder}{longer}"
                                               f"{f', answers leading by {margin:g} sigmas' if margin else ''}"
                                               f"{', soft posterior targets' if soft else ''}",
                                               dataset, epsilon, queries, headline_seeds if headline else 1, heads,
                                               *FIXMATCH_STUDENT, *(("--vote-margin", f"{margin:g}") if margin
                                                                    else ()),
-                                              *(("--answer-targets", "posterior") if soft else ())), encoder=source)
+                                              *(("--answer-targets", "posterior") if soft else ()),
+                                              suffix=f"-m{margin:g}" if margin else ""), encoder=source)
                  for epsilon, queries, margin, headline, soft in answers]
     # At epsilon 10, separate networks from the 4,800-step encoder on shifted images, M = 100: members stronger
     # than heads, still enough votes to outrun the noise of 500 answers.
@@ -274,8 +279,8 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     runs.append(dataclasses.replace(ensemble_row(strong, f"teacher ensemble (mean probability), members from the "
                                                  f"encoder pretrained {longer}, shifted images", dataset, members,
                                                  *shift), encoder=encoders["longer"]))
-    runs.append(dataclasses.replace(pate_row(f"pate-{members}-pretrained-longer-fixmatch-posterior-eps10-q500-"
-                                             f"{dataset}", f"PATE on public images, {from_encoder}, encoder "
+    runs.append(dataclasses.replace(pate_row(f"pate-{members}-pretrained-longer-fixmatch-posterior",
+                                             f"PATE on public images, {from_encoder}, encoder "
                                              f"pretrained {longer}, soft posterior targets", dataset, "10", 500,
                                              headline_seeds, strong, *FIXMATCH_STUDENT, "--answer-targets",
                                              "posterior"), encoder=encoders["longer"]))
@@ -288,7 +293,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
             runs.append(Run(f"dpsgd-encoder-{layers}-eps{epsilon}-{dataset}", "private training on the data, "
                             "from the public encoder (accuracy on the other half of the test split)", dataset,
                             ("--method", "dpsgd", "--epsilon", epsilon, "--student-arch", "cnn", "--train-layers",
-                             layers, *settings), seeds, command="train-private",
+                             layers, *settings, *pool_args(dataset)), seeds, command="train-private",
                             quick_args=("--epochs", "1", "--public-size", "200"), encoder=encoders["long"]))
     return runs
 
@@ -316,11 +321,22 @@ def ensemble_row(name: str, group: str, dataset: str, members: int | str, *extra
                quick_args=("--epochs", "1", "--min-steps", "10"))
 
 
-def pate_row(name: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,
-             *extra: str) -> Run:
-    """A `dpdistill pate` row: `queries` answers of the ensemble `teacher` at sound `epsilon`."""
-    return Run(name, group, dataset, ("--epsilon", epsilon, "--queries", str(queries), *extra), seeds,
+def pate_row(stem: str, group: str, dataset: str, epsilon: str, queries: int, seeds: int, teacher: str,
+             *extra: str, suffix: str = "") -> Run:
+    """A `dpdistill pate` row, `{stem}-eps{epsilon}-q{answers}{suffix}-{dataset}`: answers of the ensemble `teacher`
+    at sound `epsilon`, `queries` of them from a pool of DEFAULT_POOL public images (a smaller pool: the same
+    share). The group names the answer count, which tells otherwise equal rows apart."""
+    answers = queries * PUBLIC_POOL.get(dataset, DEFAULT_POOL) // DEFAULT_POOL
+    return Run(f"{stem}-eps{epsilon}-q{answers}{suffix}-{dataset}", f"{group}, {answers:,} answers", dataset,
+               ("--epsilon", epsilon, "--queries", str(answers), *pool_args(dataset), *extra), seeds,
                command="pate", quick_args=PATE_QUICK, teacher=teacher)
+
+
+def pool_args(dataset: str) -> tuple[str, ...]:
+    """The public pool's size where it is not the commands' default (`--public-size` of pretrain, pate and
+    train-private), so every row on one data set shares one pool and its encoders match it."""
+    size = PUBLIC_POOL.get(dataset)
+    return ("--public-size", str(size)) if size else ()
 
 
 # DPDFD's Fig. 2 (norm bound C, normalization vs clipping, paper accounting at eps 0.6) and Tab. 5 (noise scale
@@ -515,11 +531,12 @@ def _published(path: Path) -> list[dict]:
     return json.loads(path.read_text()) if path.exists() else []
 
 
-def merge(previous: list[dict], rows: list[dict], order: list[str]) -> list[dict]:
+def merge(previous: list[dict], rows: list[dict], groups: dict[str, str]) -> list[dict]:
     """The table after a partial pass (`--only`): rows measured now replace their earlier versions, rows of other
-    runs are kept, rows of runs no longer in the table are dropped; in table order."""
-    rank = {name: index for index, name in enumerate(order)}
-    by_name = {row["run"]: row for row in previous if row["run"] in rank}
+    runs are kept under the group the table now gives them, rows of runs no longer in the table are dropped; in
+    table order (that of `groups`, run name -> group)."""
+    rank = {name: index for index, name in enumerate(groups)}
+    by_name = {row["run"]: {**row, "group": groups[row["run"]]} for row in previous if row["run"] in rank}
     by_name.update({row["run"]: row for row in rows})
     return sorted(by_name.values(), key=lambda row: rank[row["run"]])
 
@@ -576,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     # The full table's results and figure are published beside BENCHMARKS.md (tracked); quick ones stay in `out`.
     publish = ROOT / "benchmarks" if markdown == ROOT / "BENCHMARKS.md" else out
     known = table(tuple(dict.fromkeys([*DATASETS.split(","), *args.datasets.split(",")])), 1)
-    rows = merge(_published(publish / "results.json"), rows, [run.name for run in known])
+    rows = merge(_published(publish / "results.json"), rows, {run.name: run.group for run in known})
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     (publish / "results.json").write_text(json.dumps(rows, indent=1))
     figure = publish / "privacy_accuracy.png"

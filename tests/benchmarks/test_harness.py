@@ -40,12 +40,15 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     assert markdown.read_text().count(harness.BEGIN) == 1
 
 
-def test_a_partial_pass_replaces_its_rows_and_keeps_the_others():
+def test_a_partial_pass_replaces_its_rows_and_keeps_the_others_under_their_current_group():
     harness = _harness()
-    order = [run.name for run in harness.table(("fmnist", "mnist"), 1)]
-    previous = [{"run": "teacher-mnist", "v": 0}, {"run": "upper-bound-fmnist", "v": 1}, {"run": "retired-row"}]
-    merged = harness.merge(previous, [{"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-fmnist"}], order)
-    assert merged == [{"run": "teacher-fmnist"}, {"run": "upper-bound-fmnist", "v": 2}, {"run": "teacher-mnist", "v": 0}]
+    groups = {run.name: run.group for run in harness.table(("fmnist", "mnist"), 1)}
+    previous = [{"run": "teacher-mnist", "group": "renamed since", "v": 0}, {"run": "upper-bound-fmnist", "v": 1},
+                {"run": "retired-row"}]
+    measured = [{"run": "upper-bound-fmnist", "group": "upper bound (no privacy)", "v": 2},
+                {"run": "teacher-fmnist", "group": "teacher"}]
+    assert harness.merge(previous, measured, groups) == [*measured[::-1], {"run": "teacher-mnist", "group": "teacher",
+                                                                            "v": 0}]
 
 
 def test_a_selection_brings_the_teachers_it_reads_and_no_others():
@@ -108,6 +111,29 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
     assert (heads10.teacher, heads10.encoder) == ("teachers-100-heads-longer-fmnist", "pretrain-longer-fmnist")
     assert names("teachers-100-pretrained-longer-*") == ["pretrain-longer-fmnist",
                                                          "teachers-100-pretrained-longer-fmnist"]
+
+
+def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_accuracy():
+    from dpdistill.methods.pate import PateConfig
+
+    harness = _harness()
+    assert harness.DEFAULT_POOL == PateConfig.__dataclass_fields__["public_size"].default  # the commands' default
+    test_split = {"fmnist": 10_000, "mnist": 2_000}  # the 10,000-image MNIST set keeps 2,000 for testing
+
+    def option(run, name: str) -> int | None:
+        return int(run.args[run.args.index(name) + 1]) if name in run.args else None
+
+    readers = [run for run in harness.table(("fmnist", "mnist"), 1)
+               if run.command in ("pate", "pretrain") or run.name.startswith("dpsgd-encoder")]
+    assert {run.dataset for run in readers} == {"fmnist", "mnist"}
+    for run in readers:
+        pool = option(run, "--public-size") or harness.DEFAULT_POOL
+        assert pool == test_split[run.dataset] // 2, run.name
+        if run.command == "pate":  # as many answers as before on a pool a fifth the size: the same share
+            answers = option(run, "--queries")
+            assert answers <= pool and f"-q{answers}" in run.name and run.group.endswith(f"{answers:,} answers")
+    names = {run.name for run in readers}
+    assert {"pate-250-eps10-q2000-fmnist", "pate-250-eps10-q400-mnist"} <= names
 
 
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
