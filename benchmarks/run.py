@@ -230,8 +230,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     # start from it instead of random weights.
     encoder = f"pretrain-{dataset}"
     runs.append(Run(encoder, "contrastive pretraining on the public pool (no accuracy: an encoder)", dataset,
-                    pool_args(dataset),
-                    command="pretrain", quick_args=PRETRAIN_QUICK))
+                    pool_args(dataset), command="pretrain", quick_args=PRETRAIN_QUICK))
     pretrained = f"teachers-{largest}-pretrained-{dataset}"
     runs.append(dataclasses.replace(ensemble_row(pretrained, "teacher ensemble (mean probability), members from "
                                                  "the encoder, shifted images", dataset, largest, *shift),
@@ -253,8 +252,8 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     for pretraining, steps in LONGER_PRETRAINING.items():
         encoders[pretraining] = f"pretrain-{pretraining}-{dataset}"
         runs.append(Run(encoders[pretraining], f"contrastive pretraining on the public pool, {steps:,} steps (no "
-                        "accuracy: an encoder)", dataset, ("--steps", str(steps), *pool_args(dataset)), command="pretrain",
-                        quick_args=PRETRAIN_QUICK))
+                        "accuracy: an encoder)", dataset, ("--steps", str(steps), *pool_args(dataset)),
+                        command="pretrain", quick_args=PRETRAIN_QUICK))
     for pretraining, members, answers in HEAD_ENSEMBLES:
         tag, source = f"-{pretraining}" if pretraining else "", encoders[pretraining]
         longer = f", encoder pretrained {LONGER_PRETRAINING[pretraining]:,} steps" if pretraining else ""
