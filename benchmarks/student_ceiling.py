@@ -44,7 +44,7 @@ def main(queries: int, teacher_dir: Path, encoder_dir: Path) -> None:
     for name, votes in (("exact plurality", plurality), ("true labels", truth)):
         started = time.perf_counter()
         answers = Answers(indices, votes.float(), votes.argmax(1), torch.ones(len(indices), dtype=torch.bool))
-        _, history = train_student(split, answers, config, evaluation.num_classes, sigma=1.0)
+        _, history = train_student(split, answers, config, evaluation.num_classes, sigma=1.0)  # argmax: no sigma
         print(f"student from the {name}: {100 * history[-1]['test_accuracy']:.2f}% "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
 
