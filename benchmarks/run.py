@@ -325,17 +325,21 @@ def pate_row(stem: str, group: str, dataset: str, epsilon: str, queries: int, se
     """A `dpdistill pate` row, `{stem}-eps{epsilon}-q{answers}{suffix}-{dataset}`: answers of the ensemble `teacher`
     at sound `epsilon`, `queries` of them from a pool of DEFAULT_POOL public images (a smaller pool: the same
     share). The group names the answer count, which tells otherwise equal rows apart."""
-    answers = queries * PUBLIC_POOL.get(dataset, DEFAULT_POOL) // DEFAULT_POOL
+    answers = queries * public_pool(dataset) // DEFAULT_POOL
     return Run(f"{stem}-eps{epsilon}-q{answers}{suffix}-{dataset}", f"{group}, {answers:,} answers", dataset,
                ("--epsilon", epsilon, "--queries", str(answers), *pool_args(dataset), *extra), seeds,
                command="pate", quick_args=PATE_QUICK, teacher=teacher)
 
 
+def public_pool(dataset: str) -> int:
+    return PUBLIC_POOL.get(dataset, DEFAULT_POOL)
+
+
 def pool_args(dataset: str) -> tuple[str, ...]:
     """The public pool's size where it is not the commands' default (`--public-size` of pretrain, pate and
     train-private), so every row on one data set shares one pool and its encoders match it."""
-    size = PUBLIC_POOL.get(dataset)
-    return ("--public-size", str(size)) if size else ()
+    size = public_pool(dataset)
+    return ("--public-size", str(size)) if size != DEFAULT_POOL else ()
 
 
 # DPDFD's Fig. 2 (norm bound C, normalization vs clipping, paper accounting at eps 0.6) and Tab. 5 (noise scale

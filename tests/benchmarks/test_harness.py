@@ -129,7 +129,7 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
     for run in readers:
         pool = option(run, "--public-size") or harness.DEFAULT_POOL
         assert pool == test_split[run.dataset] // 2, run.name
-        if run.command == "pate":  # as many answers as before on a pool a fifth the size: the same share
+        if run.command == "pate":  # answers in proportion to the pool (MNIST: a fifth as many): the same share
             answers = option(run, "--queries")
             assert answers <= pool and f"-q{answers}" in run.name and run.group.endswith(f"{answers:,} answers")
     names = {run.name for run in readers}
