@@ -49,7 +49,17 @@ def test_teacher_directory_layout(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.json", "model.json", "model.safetensors"]
     assert json.loads((tmp_path / "meta.json").read_text()) == _meta()
     with safe_open(tmp_path / "model.safetensors", "pt") as weights:
-        assert weights.metadata() == {"format": "dpdistill", "kind": "classifier"}
+        assert weights.metadata() == {"dpdistill_kind": "classifier"}
+
+
+def test_identical_saves_are_identical_bytes(tmp_path):
+    """Reproducible runs must give byte-identical checkpoints, so a checksum can compare them."""
+    model = _trained(build_classifier("cnn", (1, 8, 8), 10), 1, 8, 8)
+    contents = set()
+    for attempt in range(16):
+        save_model(tmp_path / str(attempt), model, _meta())
+        contents.add((tmp_path / str(attempt) / "model.safetensors").read_bytes())
+    assert len(contents) == 1
 
 
 def test_generator_round_trip_is_exact(tmp_path):

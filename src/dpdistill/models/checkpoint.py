@@ -42,9 +42,11 @@ def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: st
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
     text = json.dumps(meta, indent=2)
+    # One header entry: safetensors writes its metadata map in hash order, so two entries would make the bytes of
+    # identical saves differ from run to run.
     writers: dict[Path, Callable[[Path], None]] = {
         directory / f"{name}.safetensors":
-            lambda path: save_file(tensors, path, metadata={"format": "dpdistill", "kind": str(meta["kind"])}),
+            lambda path: save_file(tensors, path, metadata={"dpdistill_kind": str(meta["kind"])}),
     }
     for file_name in _meta_names(name):
         writers[directory / file_name] = lambda path: path.write_text(text)
