@@ -35,11 +35,10 @@ from dpdistill.data.public import public_split
 from dpdistill.evaluation.metrics import features
 from dpdistill.methods.pate import Answers, PateConfig, plurality_posterior, release_answers
 from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts
-from dpdistill.privacy.accounting import calibrate_gaussian
 from dpdistill.privacy.budget import plan_privacy
-from head_members import answer_sigma, answers_right  # the same measurement of GNMax answers
+from head_members import answer_sigma, answers_right, parameter_average  # the same measurements
 
-PUBLIC, ANSWERS, DELTA = 5000, 500, 1e-5
+PUBLIC, ANSWERS = 5000, 500
 
 
 def generalized_cross_entropy(logits: Tensor, labels: Tensor, q: float = 0.7) -> Tensor:
@@ -158,21 +157,7 @@ def other_aggregations(heads: HeadEnsemble, split, public: Tensor, measured: Ten
         weight, bias, mean = lda_heads(train, dataset.y_train, parts, public, shrink)
         compare(f"LDA heads, shrinkage {shrink}",
                 lambda images: torch.einsum("nf,mfc->mnc", images - mean, weight) + bias[:, None])
-    flat = torch.cat([heads.weight.detach().flatten(1), heads.bias.detach()], 1)
-    norms = flat.norm(dim=1)
-    clip = norms.median().item()
-    total = (flat * (clip / norms.clamp(min=clip))[:, None]).sum(0)
-    noise_std = calibrate_gaussian(1, 1.0, DELTA).noise_multiplier * 2 * clip
-
-    def accuracy(parameters: Tensor) -> float:
-        logits = measured @ parameters[:-10].view(-1, 10) + parameters[-10:]
-        return (logits.argmax(1) == split.y_eval).float().mean().item()
-
-    generator = torch.Generator().manual_seed(0)
-    noisy = [accuracy(total + noise_std * torch.randn(total.shape, generator=generator)) for _ in range(5)]
-    print(f"3. parameter mean of the logistic heads: {100 * accuracy(flat.mean(0)):.2f}% without noise, "
-          f"{100 * sum(noisy) / 5:.2f}% at epsilon 1 (clip {clip:.2f}, noise std {noise_std:.1f} on a sum of "
-          f"{len(flat)})")
+    print(f"3. {parameter_average(heads, measured, split.y_eval, (1.0,))}")
 
 
 def main(heads_dir: Path) -> None:
