@@ -73,8 +73,7 @@ def parameter_average(heads: HeadEnsemble, measured: Tensor, labels: Tensor, eps
         draws = [accuracy(total + noise_std * torch.randn(total.shape, generator=generator)) for _ in range(5)]
         noisy.append(f"{100 * sum(draws) / 5:.2f}% at epsilon {epsilon:g} (noise std {noise_std:.2f})")
     return (f"parameter mean {100 * accuracy(flat.mean(0)):.2f}% without noise or clipping, {', '.join(noisy)}; "
-            f"clip {clip:.2f}, "
-            f"a sum of {len(flat)}")
+            f"clip {clip:.2f}, a sum of {len(flat)}")
 
 
 def main(encoder_dir: Path) -> None:
