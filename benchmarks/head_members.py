@@ -9,8 +9,9 @@ public images, how often GNMax answers name the true class at sound epsilon 1 an
 answers (sigma calibrated as `dpdistill pate` does; the mean of five noise draws). M = 1 is the linear probe
 on all 60,000 images: what the features hold. M = 50 and 100 are for epsilon 10, where fewer, stronger members
 outvote the smaller noise. Last, for each M, the heads' parameter average instead of their votes (subsample and
-aggregate: one Gaussian release of the clipped heads' sum for the whole budget) without noise and at sound
-epsilon 1 and 10. About five minutes on 2 cores.
+aggregate: one Gaussian release of the clipped heads' sum for the whole budget) without noise and at epsilon
+1 and 10 with the clipping bound read from the heads (their median norm): data-dependent, so those figures are NOT
+a guarantee, only what the route could reach with a well-chosen bound. About five minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def answers_right(votes: Tensor, labels: Tensor, sigma: float, draws: int = 5) -
 
 def parameter_average(heads: HeadEnsemble, measured: Tensor, labels: Tensor, epsilons: tuple[float, ...]) -> str:
     """Accuracy on `measured` features of the heads' parameter average, without noise or clipping and released
-    once at each sound epsilon (mean of five draws). Each head's weights and bias are clipped to the median norm
-    C; one example changes one head, so the sum moves by at most 2C and one Gaussian of std z * 2C covers it.
-    (The median is read from the heads: a deployment would fix C in advance; this measures what the route can
-    reach.)"""
+    once at each epsilon (mean of five draws). Each head's weights and bias are clipped to the median norm C; one
+    example changes one head, so the sum moves by at most 2C and one Gaussian of std z * 2C would cover it for a C
+    fixed in advance. Here C is read from the private heads, so the epsilon is NOT a guarantee: the figures show
+    what the route could reach with a bound that good."""
     flat = torch.cat([heads.weight.detach().flatten(1), heads.bias.detach()], 1)
     norms = flat.norm(dim=1)
     clip = norms.median().item()
@@ -71,7 +72,8 @@ def parameter_average(heads: HeadEnsemble, measured: Tensor, labels: Tensor, eps
     for epsilon in epsilons:
         noise_std = calibrate_gaussian(1, epsilon, DELTA).noise_multiplier * 2 * clip
         draws = [accuracy(total + noise_std * torch.randn(total.shape, generator=generator)) for _ in range(5)]
-        noisy.append(f"{100 * sum(draws) / 5:.2f}% at epsilon {epsilon:g} (noise std {noise_std:.2f})")
+        noisy.append(f"{100 * sum(draws) / 5:.2f}% at epsilon {epsilon:g} (noise std {noise_std:.2f}; "
+                     f"median clip: not a guarantee)")
     return (f"parameter mean {100 * accuracy(flat.mean(0)):.2f}% without noise or clipping, {', '.join(noisy)}; "
             f"clip {clip:.2f}, a sum of {len(flat)}")
 
