@@ -28,7 +28,8 @@ from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.ensemble import (HeadEnsemble, MemberEnsemble, TeacherEnsemble, load_teacher,
                                        member_directory, plurality_counts, save_head_ensemble,
                                        write_ensemble_description)
-from dpdistill.reporting.report import write_json, write_transcription_report
+from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
+                                        write_transcription_report)
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     state = out_dir / "resume"
     plan_path = state / ENSEMBLE_PLAN
     plan = interrupted_ensemble(out_dir)
-    _check_resume(out_dir, resume, plan is not None, "ensemble training")
+    _check_resume(state, resume, plan is not None, "ensemble training")
     if resume:
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
@@ -221,12 +222,18 @@ def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> I
     return dataset
 
 
-def _check_resume(out_dir: Path, resume: bool, resumable: bool, what: str) -> None:
-    """Refuse `--resume` with nothing to resume, and a fresh start over an unfinished run's state in `out_dir`."""
+def _check_resume(state_dir: Path, resume: bool, resumable: bool, what: str) -> None:
+    """Refuse `--resume` with nothing to resume, and a fresh start over an unfinished run's state in `state_dir`."""
+    out_dir = state_dir.parent.parent if state_dir.parent.name == PRIVATE_DIR else state_dir.parent
     if resume and not resumable:
         raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
-    if not resume and (out_dir / "resume").exists():
+    if not resume and state_dir.exists():
         raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
+
+
+def release_state(out_dir: Path) -> Path:
+    """Where a release run keeps what it needs to resume (checkpoints, raw answers): private, never published."""
+    return out_dir / PRIVATE_DIR / "resume"
 
 
 @contextlib.contextmanager
@@ -256,7 +263,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
                 resume: bool, progress: Progress | None) -> dict[str, Any]:
     teacher, meta = load_teacher(teacher_dir)
     config_path = out_dir / "config.json"
-    _check_resume(out_dir, resume, config_path.exists(), "transcription")
+    _check_resume(release_state(out_dir), resume, config_path.exists(), "transcription")
     if resume:
         config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
     if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
@@ -265,7 +272,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
     dataset_name = dataset_name or meta.get("dataset")
     dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None
     # DPSD, DPDFD and SRR share one loop; their differences are configuration (methods/config.py METHOD_DEFAULTS)
-    transcriber = DPSDTranscriber(config, teacher, in_shape, num_classes, dataset, out_dir, progress)
+    transcriber = DPSDTranscriber(config, teacher, in_shape, num_classes, dataset, out_dir / PRIVATE_DIR, progress)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(config_path, config.to_dict())
     result = transcriber.run(resume=resume)
@@ -288,10 +295,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
         "privacy_mode": config.privacy.mode,
         "dataset": dataset_name,
         "privacy": privacy,
-        "accuracy": {
-            "student": result.history[-1].get("student_accuracy") if result.history else None,
-            "teacher": _teacher_accuracy(teacher, meta, dataset, dataset_name, config.device),
-        },
+        "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
         "timing": {"wall_seconds": result.wall_seconds, "samples_per_second": queries / max(result.wall_seconds, 1e-9),
                    "phases": result.phase_seconds},
         "config": config.to_dict(),
@@ -300,7 +304,9 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
         "dpdistill_version": __version__,
     }
     write_transcription_report(out_dir, report, samples, sample_labels, result.history)
-    shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    write_private_record(out_dir, {"accuracy": {
+        "teacher": _teacher_accuracy(teacher, meta, dataset, dataset_name, config.device)}})
+    shutil.rmtree(release_state(out_dir), ignore_errors=True)
     return report
 
 
@@ -348,14 +354,15 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
     from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
 
     config_path = out_dir / "config.json"
-    _check_resume(out_dir, resume, (out_dir / "resume").exists() and config_path.exists(), "train-private run")
+    state = release_state(out_dir)
+    _check_resume(state, resume, state.exists() and config_path.exists(), "train-private run")
     if resume:
         config = PrivateTrainingConfig.from_dict(json.loads(config_path.read_text()))
     dataset = load_dataset(config.dataset)
     started = time.perf_counter()
     plan = plan_private_training(config, len(dataset.y_train))  # refuses an overspending plan before any write
     planning_seconds = time.perf_counter() - started
-    trainer = TRAINERS[config.method](config, dataset, plan, out_dir, progress)
+    trainer = TRAINERS[config.method](config, dataset, plan, out_dir / PRIVATE_DIR, progress)
     write_json(config_path, config.to_dict())
     result = trainer.run(resume)
 
@@ -364,7 +371,7 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
     report = {
         "method": config.method,
         "dataset": config.dataset,
-        "data": dataset.describe(),
+        "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
         "privacy": result.privacy,
         "accuracy": {"student": result.history[-1]["test_accuracy"]},
         "measured_on": trainer.measured_on,
@@ -377,7 +384,8 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
         "dpdistill_version": __version__,
     }
     write_private_training_report(out_dir, report)
-    shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    write_private_record(out_dir, {"data": {"n_train": len(dataset.y_train)}})
+    shutil.rmtree(state, ignore_errors=True)
     return report
 
 
@@ -395,7 +403,7 @@ def interrupted_pate(out_dir: Path) -> "tuple[Path, PateConfig] | None":
     from dpdistill.methods.pate import ANSWERS_FILE, PateConfig
 
     config_path = out_dir / "config.json"
-    if not ((out_dir / "resume" / ANSWERS_FILE).exists() and config_path.exists()):
+    if not ((release_state(out_dir) / ANSWERS_FILE).exists() and config_path.exists()):
         return None
     saved = json.loads(config_path.read_text())
     return Path(saved["teacher"]), PateConfig.from_dict(saved["pate"])
@@ -406,9 +414,9 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
     from dpdistill.methods.pate import ANSWERS_FILE, run_pate
     from dpdistill.reporting.report import pate_markdown, write_report
 
-    config_path, state = out_dir / "config.json", out_dir / "resume"
+    config_path, state = out_dir / "config.json", release_state(out_dir)
     saved = interrupted_pate(out_dir)
-    _check_resume(out_dir, resume, saved is not None, "PATE run")
+    _check_resume(state, resume, saved is not None, "PATE run")
     if resume:
         teacher_dir, config = saved
     ensemble, meta = load_teacher(teacher_dir)
@@ -432,9 +440,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
         "dataset": dataset_name,
         "teacher": str(teacher_dir),
         **figures,
-        "accuracy": {"student": history[-1]["test_accuracy"],
-                     "teacher": _teacher_accuracy(ensemble, meta, evaluation, dataset_name, config.device),
-                     "answers": answer_accuracy},
+        "accuracy": {"student": history[-1]["test_accuracy"], "answers": answer_accuracy},
         "config": config.to_dict(),
         "seed": config.seed,
         "history": history,
@@ -442,5 +448,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
         "dpdistill_version": __version__,
     }
     write_report(out_dir, report, pate_markdown(report))
+    write_private_record(out_dir, {"accuracy": {
+        "teacher": _teacher_accuracy(ensemble, meta, evaluation, dataset_name, config.device)}})
     shutil.rmtree(state)
     return report

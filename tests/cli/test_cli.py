@@ -177,7 +177,7 @@ def test_pate_resumes_with_its_saved_settings(digits_ensemble: Path, tmp_path: P
     monkeypatch.setattr(pate_module, "train_student", interrupted)
     first = invoke("pate", "--teacher", digits_ensemble, "--out", tmp_path / "run", "--epsilon", "1000",
                    "--queries", "50", "--public-size", "200", "--min-steps", "20", "--self-training-rounds", "0")
-    assert first.exit_code != 0 and (tmp_path / "run" / "resume").exists()
+    assert first.exit_code != 0 and (tmp_path / "run" / "private" / "resume").exists()
     monkeypatch.undo()
     resumed = invoke("pate", "--teacher", digits_ensemble, "--out", tmp_path / "run", "--resume")
     assert resumed.exit_code == 0, resumed.output
@@ -226,7 +226,7 @@ def test_pretrain_then_start_an_ensemble_and_a_pate_student_from_the_encoder(dig
     wrong = invoke("pate", "--teacher", digits_ensemble, "--epsilon", "10", "--queries", "50", "--public-size", "200",
                    "--student-init", tmp_path / "encoder", "--out", tmp_path / "wrong")
     assert wrong.exit_code == 2 and "needs 'datalens'" in " ".join(wrong.output.split()), wrong.output
-    assert not (tmp_path / "wrong" / "resume").exists()
+    assert not (tmp_path / "wrong" / "private" / "resume").exists()
     # An encoder is not a teacher.
     refused = invoke("transcribe", "--teacher", tmp_path / "encoder", "--epsilon", "10", "--out", tmp_path / "t")
     assert refused.exit_code == 2, refused.output

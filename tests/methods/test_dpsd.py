@@ -29,13 +29,15 @@ def test_private_run_writes_its_outputs_and_respects_its_budget(digits_teacher: 
     for name in ("student.safetensors", "generator.safetensors", "latents.safetensors", "report.json", "report.md",
                  "samples.png", "training.png"):
         assert (tmp_path / name).exists()
-    assert not (tmp_path / "resume").exists()
+    assert not (tmp_path / "private" / "resume").exists()
     saved = json.loads((tmp_path / "report.json").read_text())
     for key in ("method", "privacy_mode", "dataset", "config", "seed", "timing"):
         assert key in saved
     for key in ("epsilon", "delta", "accountant", "paper_epsilon", "queries"):
         assert key in saved["privacy"]
-    assert 0 <= saved["accuracy"]["student"] <= 1 and saved["accuracy"]["teacher"] > 0.9
+    assert 0 <= saved["accuracy"]["student"] <= 1 and "teacher" not in saved["accuracy"]
+    record = json.loads((tmp_path / "private" / "record.json").read_text())
+    assert record["accuracy"]["teacher"] > 0.9 and "NEVER PUBLISH" in record["notice"]
     assert "NOT a guarantee" in (tmp_path / "report.md").read_text()
     student, _ = load_classifier(tmp_path, "student")
     generator, _ = load_generator(tmp_path)

@@ -59,4 +59,5 @@ def test_an_ensemble_is_evaluated_once_when_trained_not_at_every_transcription(d
     assert measured == json.loads((digits_ensemble / "report.json").read_text())["accuracy"]["teacher"] > 0.5
     monkeypatch.setattr("dpdistill.pipeline.accuracy", lambda *args, **kwargs: pytest.fail("evaluated again"))
     config = build_config("demo", {"iterations": 2, "batch_size": 16}, {"mode": "data", "epsilon": 1.0})
-    assert transcribe(digits_ensemble, config, tmp_path, "digits")["accuracy"]["teacher"] == measured
+    transcribe(digits_ensemble, config, tmp_path, "digits")
+    assert json.loads((tmp_path / "private" / "record.json").read_text())["accuracy"]["teacher"] == measured

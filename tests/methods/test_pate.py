@@ -130,7 +130,7 @@ def test_a_fixed_sigma_that_overspends_is_refused_before_anything_is_written(dig
     config = PateConfig(epsilon=1, sigma=1.0, queries=100, public_size=200)
     with pytest.raises(BudgetExceededError):
         pate(digits_ensemble, config, tmp_path / "run")
-    assert not (tmp_path / "run" / "resume").exists() and not (tmp_path / "run" / "student.safetensors").exists()
+    assert not (tmp_path / "run" / "private" / "resume").exists() and not (tmp_path / "run" / "student.safetensors").exists()
 
 
 def test_an_encoder_pretrained_on_another_pool_is_refused_before_any_answer(digits_ensemble: Path,
@@ -138,7 +138,7 @@ def test_an_encoder_pretrained_on_another_pool_is_refused_before_any_answer(digi
     config = PateConfig(queries=100, public_size=250, student_arch="cnn", student_init=str(digits_encoder), **LOUD)
     with pytest.raises(ConfigError, match="pretrained on 'the first 200 test images of digits"):
         pate(digits_ensemble, config, tmp_path / "run")  # 50 of its measured images would be in the encoder's pool
-    assert not (tmp_path / "run" / "resume").exists()
+    assert not (tmp_path / "run" / "private" / "resume").exists()
 
 
 def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Path):
@@ -150,7 +150,7 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
     assert report["privacy"]["queries"] == 200 and report["privacy"]["teachers"] == 4
     assert [record["round"] for record in report["history"]] == [1, 2]
-    assert (tmp_path / ANSWERS_FILE).exists() and not (tmp_path / "resume").exists()
+    assert (tmp_path / ANSWERS_FILE).exists() and not (tmp_path / "private" / "resume").exists()
     assert "PATE on public images" in (tmp_path / "report.md").read_text()
 
 
@@ -187,7 +187,7 @@ def test_an_interrupted_run_resumes_from_its_answers_without_asking_again(digits
     monkeypatch.setattr(pate_module, "train_student", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pate(digits_ensemble, config, tmp_path)
-    released = Answers.load(tmp_path / "resume" / ANSWERS_FILE, 100)
+    released = Answers.load(tmp_path / "private" / "resume" / ANSWERS_FILE, 100)
     assert interrupted_pate(tmp_path) == (digits_ensemble, config)  # what a resume runs (and its progress shows)
     with pytest.raises(ConfigError, match="unfinished run"):
         pate(digits_ensemble, config, tmp_path)

@@ -144,7 +144,7 @@ def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
     assert json.loads((tmp_path / "report.json").read_text())["privacy"] == privacy
     assert "-DP** with respect to adding or removing one private training example" in (tmp_path / "report.md").read_text()
     assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])
-    assert not (tmp_path / "resume").exists()
+    assert not (tmp_path / "private" / "resume").exists()
 
 
 @pytest.mark.slow
@@ -169,7 +169,7 @@ def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
 
     with pytest.raises(KeyboardInterrupt):
         train_private(config, tmp_path / "cut", progress=interrupt_after_first_epoch)
-    assert (tmp_path / "cut" / "resume").exists() and not (tmp_path / "cut" / "report.json").exists()
+    assert (tmp_path / "cut" / "private" / "resume").exists() and not (tmp_path / "cut" / "report.json").exists()
     with pytest.raises(ConfigError, match="unfinished run"):
         train_private(config, tmp_path / "cut")
     resumed = train_private(None, tmp_path / "cut", resume=True)

@@ -218,8 +218,6 @@ def print_summary(report: dict, out: Path) -> None:
     table.add_column("value")
     if accuracy["student"] is not None:
         table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
-    if accuracy["teacher"] is not None:
-        table.add_row("teacher accuracy", f"{100 * accuracy['teacher']:.2f}%")
     if privacy["mode"] == "none":
         table.add_row("privacy", "none")
     else:

@@ -16,6 +16,23 @@ from torch import Tensor  # noqa: E402
 from dpdistill.atomic import write_atomically  # noqa: E402
 
 
+PRIVATE_DIR = "private"  # inside a release's --out: what must never be published
+PRIVATE_RECORD = "record.json"
+PRIVATE_NOTICE = ("KEEP, NEVER PUBLISH. This folder holds what the run computed from the private data or the "
+                  "non-private teacher without noise (the teacher's accuracy, the data set's exact size, losses on "
+                  "private data) and, while a run is unfinished, its resumable state (checkpoints, raw answers). "
+                  "Publishing any of it voids the privacy guarantee. Everything else in the output folder "
+                  "(report.json, report.md, the student, the generator, the samples) is the release.")
+
+
+def write_private_record(out_dir: Path, record: dict[str, Any]) -> None:
+    """The run's private figures in `out_dir/private/record.json`, beside a notice that says never to publish them."""
+    directory = out_dir / PRIVATE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory / PRIVATE_RECORD, {"notice": PRIVATE_NOTICE, **record})
+    write_atomically({directory / "DO-NOT-PUBLISH.txt": lambda temporary: temporary.write_text(PRIVATE_NOTICE + "\n")})
+
+
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Atomic JSON write; infinities become the string 'inf' so the file stays standard JSON."""
     text = json.dumps(_jsonable(payload), indent=2)
@@ -131,7 +148,6 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         "| quantity | value |",
         "| --- | --- |",
         f"| student accuracy (real test set) | {_percent(accuracy['student'])} |",
-        f"| teacher accuracy (real test set) | {_percent(accuracy['teacher'])} |",
         f"| epsilon (sound, {privacy.get('accountant', 'n/a')}) | {_number(privacy.get('epsilon'))} |",
         f"| epsilon (RDP cross-check) | {_number(privacy.get('epsilon_rdp'))} |",
         f"| delta | {_number(privacy.get('delta'))} |",
@@ -224,8 +240,9 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     lines += [f"| {r['epoch']} | {r['train_loss']:.4f} | {_percent(r['test_accuracy'])} | {r['steps']} |"
               for r in report["history"]]
     lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(config), indent=2), "```", "",
-              f"Seed {report['seed']}; noise and sampling from seeded torch generators (reproducible, not a "
-              f"cryptographic RNG). Every figure above is also in `report.json`."]
+              f"Seed {report['seed']} (initialisation only). Noise and sampling: {privacy.get('noise', 'n/a')}. "
+              f"Every figure above is also in `report.json`; figures computed from the private data without "
+              f"noise are in `private/record.json` (never publish it)."]
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
@@ -258,7 +275,6 @@ def pate_markdown(report: dict[str, Any]) -> str:
              f"Public images: {report['public']}.", "",
              "| quantity | value |", "| --- | --- |",
              f"| student accuracy (real test images, none of them public) | {_percent(accuracy['student'])} |",
-             f"| teacher ensemble accuracy (mean probability, whole test split) | {_percent(accuracy['teacher'])} |",
              f"| kept answers naming the true class | {_percent(accuracy['answers'])} |",
              f"| epsilon (sound, {privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PATE_ROWS if key in privacy]
