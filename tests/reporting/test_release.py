@@ -33,6 +33,8 @@ def test_a_transcription_publishes_no_teacher_accuracy(digits_teacher: Path, tmp
     assert 0.9 < teacher_accuracy <= 1 and teacher_accuracy not in _numbers(public)
     assert f"{100 * teacher_accuracy:.2f}" not in markdown
     assert "teacher" not in public["accuracy"]
+    privacy = public["privacy"]  # every report states its neighbouring relation
+    assert privacy["relation"] == "replace-one" and privacy["epsilon_replace_one"] == privacy["epsilon"] <= 1.0
 
 
 def test_pate_publishes_no_ensemble_accuracy(digits_ensemble: Path, tmp_path: Path):
@@ -41,6 +43,8 @@ def test_pate_publishes_no_ensemble_accuracy(digits_ensemble: Path, tmp_path: Pa
     ensemble_accuracy = private["accuracy"]["teacher"]
     assert 0.5 < ensemble_accuracy <= 1 and ensemble_accuracy not in _numbers(public)
     assert f"{100 * ensemble_accuracy:.2f}" not in markdown
+    privacy = public["privacy"]
+    assert privacy["relation"] == "replace-one" and privacy["epsilon_replace_one"] == privacy["epsilon"] <= 1.0
 
 
 def test_dpsgd_publishes_neither_the_data_set_size_nor_losses_on_private_data(tmp_path: Path):
@@ -52,3 +56,5 @@ def test_dpsgd_publishes_neither_the_data_set_size_nor_losses_on_private_data(tm
     assert "expected_batch_size" not in public["privacy"]
     assert all(set(record) == {"epoch", "steps", "test_accuracy"} for record in public["history"])
     assert "train loss" not in markdown and report == public
+    privacy = public["privacy"]  # DP-SGD's budget is add/remove (Opacus' convention); replace-one costs more
+    assert privacy["relation"] == "add-remove" and privacy["epsilon"] <= 1.0 < privacy["epsilon_replace_one"]

@@ -30,6 +30,12 @@ from dpdistill.privacy.accounting import (
 )
 
 PrivacyMode = Literal["data", "label", "none"]
+# A teacher's (or one member's) answers can change arbitrarily when one of its examples changes, and with keyed
+# partitions adding, removing or replacing an example touches one member only: the sensitivity, and so epsilon,
+# is the same under both neighbouring relations.
+SAME_UNDER_BOTH = {"relation": "replace-one",
+                   "relation_note": "one private example changes one teacher's (or one member's) answers whether it "
+                                    "is added, removed or replaced: the same epsilon under add/remove"}
 Accounting = Literal["sound", "paper"]
 
 
@@ -132,11 +138,16 @@ class PrivacyPlan:
         """The `privacy` section of a report."""
         request = self.request
         if self.query is None:
-            return {"mode": "none", "epsilon": math.inf, "delta": None, "queries": answered,
+            return {"mode": "none", "epsilon": math.inf, "delta": None, "queries": answered, **SAME_UNDER_BOTH,
+                    "epsilon_replace_one": math.inf, "epsilon_add_remove": math.inf,
                     "guarantee": "none: the student is trained on the teacher's unprotected answers"}
+        epsilon = composed_epsilon(self.query, answered, request.delta)
         summary = {
             "mode": request.mode,
-            "epsilon": composed_epsilon(self.query, answered, request.delta),
+            "epsilon": epsilon,
+            **SAME_UNDER_BOTH,
+            "epsilon_replace_one": epsilon,
+            "epsilon_add_remove": epsilon,
             "epsilon_rdp": composed_epsilon_rdp(self.query, answered, request.delta),
             "delta": request.delta,
             "accountant": ACCOUNTANT_NAME,
