@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
-from dpdistill.errors import PrivacyParameterError
+from dpdistill.errors import CheckpointError, PrivacyParameterError
 from dpdistill.methods.state import load_state
 from dpdistill.pipeline import train_private
 from dpdistill.privacy.accounting import composed_epsilon
@@ -210,3 +210,10 @@ def test_private_cli_refuses_an_unknown_relation(tmp_path: Path):
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "unknown --relation 'sideways'" in errors[0]
+
+
+def test_private_refuses_to_resume_a_checkpoint_of_seeded_noise(tmp_path: Path):
+    trainer = _trainer(tmp_path)
+    seeded = {key: value for key, value in trainer._state().items() if key != "noise"}
+    with pytest.raises(CheckpointError, match="drew its noise from seeded generators"):
+        trainer._restore({**seeded, "sampler_rng": torch.get_rng_state()})

@@ -39,7 +39,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -215,7 +215,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return self.steps
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[int]]:
         for _ in range(self.steps):
             yield self.noise.bernoulli((self.num_samples,), self.sample_rate).nonzero().flatten().tolist()
 
@@ -278,6 +278,11 @@ def label_logits(labels: Tensor, num_classes: int) -> Tensor:
     """Logits of a teacher certain of each private label. KD against it is cross-entropy, so the annotator's
     distillation gradient is d CE / d logits = softmax(z) - one_hot(y). -1e4 rather than -inf keeps 0 * log 0 at 0."""
     return (F.one_hot(labels, num_classes).float() - 1) * 1e4
+
+
+def epsilon_key(relation: str) -> str:
+    """The report's key of the epsilon under `relation`: epsilon_add_remove or epsilon_replace_one."""
+    return f"epsilon_{relation.replace('-', '_')}"
 
 
 @dataclass
@@ -382,7 +387,7 @@ class PrivateTrainer:
 
     def epsilons_by_relation(self, epsilon: float) -> dict[str, float]:
         """The run's epsilon under each neighbouring relation it can be stated in."""
-        return {f"epsilon_{self.plan.relation.replace('-', '_')}": epsilon}
+        return {epsilon_key(self.plan.relation): epsilon}
 
     def privacy_summary(self) -> dict[str, Any]:
         """The public `privacy` section of the report: the guarantee of the steps run, its relation, and what it
@@ -407,6 +412,9 @@ class PrivateTrainer:
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue after the last finished epoch: same weights, optimizer and spent steps; the same noise stream
         only in reproducible mode (a secure source has no state and draws afresh)."""
+        if "noise" not in state:
+            raise CheckpointError("the interrupted run drew its noise from seeded generators (no guarantee): start "
+                                  "a new run")
         if state["noise_multiplier"] != self.plan.noise_multiplier:
             raise CheckpointError(f"the interrupted run used noise multiplier {state['noise_multiplier']}, its saved "
                                   f"configuration now gives {self.plan.noise_multiplier}: start a new run")
@@ -455,8 +463,7 @@ class DPSGDTrainer(PrivateTrainer):
         other = REPLACE_ONE if self.plan.relation == ADD_REMOVE else ADD_REMOVE
         restated = dataclasses.replace(self.plan.query, relation=other)
         return {**super().epsilons_by_relation(epsilon),
-                **{f"epsilon_{other.replace('-', '_')}": composed_epsilon(restated, self.ledger.answered,
-                                                                          self.config.delta)}}
+                epsilon_key(other): composed_epsilon(restated, self.ledger.answered, self.config.delta)}
 
     def privacy_summary(self) -> dict[str, Any]:
         config, steps = self.config, self.ledger.answered
