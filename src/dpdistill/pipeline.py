@@ -384,7 +384,7 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
         "dpdistill_version": __version__,
     }
     write_private_training_report(out_dir, report)
-    write_private_record(out_dir, {"data": {"n_train": len(dataset.y_train)}})
+    write_private_record(out_dir, result.private_figures)
     shutil.rmtree(state, ignore_errors=True)
     return report
 

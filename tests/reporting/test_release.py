@@ -51,7 +51,7 @@ def test_dpsgd_publishes_neither_the_data_set_size_nor_losses_on_private_data(tm
     config = PrivateTrainingConfig(dataset="digits", epsilon=1.0, epochs=1, batch_size=64, student_arch="cnn")
     report = train_private(config, tmp_path)
     public, private, markdown = _public_and_private(tmp_path)
-    size = private["data"]["n_train"]
+    size = private["train_size"]
     assert size > 1000 and size not in _numbers(public) and f"{size}" not in json.dumps(public)
     assert "expected_batch_size" not in public["privacy"]
     assert all(set(record) == {"epoch", "steps", "test_accuracy"} for record in public["history"])

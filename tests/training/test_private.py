@@ -48,6 +48,16 @@ def test_private_dpsgd_accounting_reproduces_the_privacy_note():
     assert dpsgd_epsilon(1.1, 256 / 60000, 14062, DELTA) == pytest.approx(2.382, abs=1e-3)
 
 
+def test_private_dpsgd_accounting_under_replace_one_costs_more():
+    """The same noise under replace-one neighbours (the clipped sum moves by up to twice the clipping norm)."""
+    assert dpsgd_epsilon(1.0, 256 / 60000, 2340, DELTA) == pytest.approx(1.10, abs=0.005)
+    assert dpsgd_epsilon(1.0, 256 / 60000, 2340, DELTA, relation="replace-one") == pytest.approx(1.76, abs=0.005)
+    with pytest.raises(PrivacyParameterError, match="only for add/remove"):
+        dpsgd_epsilon(1.0, 256 / 60000, 2340, DELTA, "rdp", relation="replace-one")
+    with pytest.raises(PrivacyParameterError, match="unknown neighbouring relation 'sideways'"):
+        dpsgd_epsilon(1.0, 256 / 60000, 2340, DELTA, relation="sideways")
+
+
 def test_private_dpsgd_calibration_spends_the_budget_and_no_more():
     query = calibrate_dpsgd(1 / 23, 230, 10.0, DELTA)
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
@@ -115,6 +125,7 @@ def test_private_plan_refuses_an_explicit_sigma_that_overspends(method):
     ({"epochs": 0}, ConfigError, "at least 1"),
     ({"train_layers": "middle"}, ConfigError, "unknown --train-layers 'middle'"),
     ({"train_layers": "head"}, ConfigError, "give the encoder with --student-init"),
+    ({"relation": "sideways"}, ConfigError, "unknown --relation 'sideways'"),
 ])
 def test_private_config_refuses_impossible_settings(values, error, message):
     with pytest.raises(error, match=message):
@@ -140,6 +151,8 @@ def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
     assert privacy["noise_multiplier"] > 0
     assert privacy["epsilon"] < privacy["epsilon_rdp"] == pytest.approx(privacy["epsilon_opacus"], rel=0.01)
     assert privacy["covered"] == "the student (DP-SGD: every update is a clipped, noised per-example gradient)"
+    assert privacy["relation"] == "add-remove" and privacy["epsilon_add_remove"] == privacy["epsilon"]
+    assert privacy["epsilon"] < privacy["epsilon_replace_one"]  # the same noise under replace-one
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
     assert json.loads((tmp_path / "report.json").read_text())["privacy"] == privacy
     assert "-DP** with respect to adding or removing one private training example" in (tmp_path / "report.md").read_text()
@@ -155,13 +168,16 @@ def test_private_dpdfd_direct_learns_but_has_no_formal_guarantee(tmp_path: Path)
     assert privacy["formal_guarantee"] is False and privacy["covered"].startswith("NO formal guarantee")
     assert 49.5 < privacy["epsilon"] <= 50.0 and privacy["steps"] == 69
     assert privacy["sigma"] == 2 * privacy["noise_multiplier"]
+    assert privacy["relation"] == "replace-one" and privacy["epsilon_replace_one"] == privacy["epsilon"]
+    assert "epsilon_add_remove" not in privacy  # releases tied to their examples: add/remove is not meaningful
     assert math.isclose(privacy["releases"], 69 * DIGITS_TRAIN / 23, rel_tol=0.1)  # one release per sampled example
     assert "**NO formal guarantee" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.slow
 def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2)
+    """In the debug mode, whose noise stream the checkpoint keeps (a secure run draws afresh on resuming)."""
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2, reproducible_noise=True)
     whole = train_private(config, tmp_path / "whole")
 
     def interrupt_after_first_epoch(record: dict) -> None:

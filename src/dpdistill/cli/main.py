@@ -283,7 +283,12 @@ def train_private_command(
                                                     "`pretrain --public`)"),
     public_size: int = typer.Option(5000, help="with --student-init: the size of its public pool (as `pretrain "
                                                "--public-size`)"),
-    seed: int = SEED,
+    relation: str = typer.Option("add-remove", help="dpsgd: the neighbouring relation the budget is stated under, "
+                                                    "add-remove (Opacus') or replace-one (as ensembles and "
+                                                    "transcriptions; more noise); dpdfd-direct: always replace-one"),
+    seed: int = typer.Option(0, help="random seed of the initialisation only: noise and sampling are secret"),
+    reproducible_noise: bool = typer.Option(False, help="debugging only, NO privacy guarantee: draw the noise and "
+                                                        "the Poisson sampling from --seed, so the run repeats"),
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
                                             "options are then ignored)"),
@@ -296,7 +301,8 @@ def train_private_command(
         dataset=dataset, method=method, epsilon=epsilon, delta=delta, sigma=sigma, max_grad_norm=max_grad_norm,
         beta=beta, target_step=target_step, student_arch=student_arch, epochs=epochs, batch_size=batch_size, lr=lr,
         seed=seed, device=device, student_init=None if student_init is None else str(student_init),
-        train_layers=train_layers, public=public, public_size=public_size)
+        train_layers=train_layers, public=public, public_size=public_size, relation=relation,
+        reproducible_noise=reproducible_noise)
     bar, update = _progress_bar(epochs, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update)
@@ -310,10 +316,13 @@ def print_private_summary(report: dict, out: Path) -> None:
     table.add_column("quantity")
     table.add_column("value")
     table.add_row("student accuracy", f"{100 * report['accuracy']['student']:.2f}%")
-    table.add_row("epsilon (dp-accounting PLD)" if privacy["formal_guarantee"] else "epsilon (output gradients only)",
+    table.add_row("epsilon (output gradients only)" if privacy["method"] == "dpdfd-direct"
+                  else f"epsilon (dp-accounting PLD, {privacy['relation']})",
                   f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g} (budget {privacy['budget_epsilon']:g})")
+    table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
     if "epsilon_opacus" in privacy:
-        table.add_row("epsilon (RDP: dp-accounting / Opacus)", f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
+        table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
+                      f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
     table.add_row("noise multiplier, sampling rate, steps",
                   f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")

@@ -12,7 +12,8 @@ sensitivity and all queries compose. The per-query mechanisms are:
 The private-training baselines (`dpdistill train-private`) read the private data themselves; a query is one step:
 
 - `SampledGaussianQuery`: a DP-SGD step (Poisson-subsampled Gaussian on a sum of clipped gradients), by
-  dp-accounting's PLD accountant; add-or-remove-one neighbours, as in Opacus.
+  dp-accounting's PLD accountant; add-or-remove-one neighbours by default, as in Opacus, or replace-one (the
+  relation of every other route here), under which the same noise costs more.
 - `SampledReleaseQuery`: a step of per-example noisy answers (dpdfd-direct), exact without amplification by
   subsampling, because each answer shows that its example took part.
 
@@ -100,31 +101,49 @@ class RandomizedResponseQuery:
         return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
 
 
+ADD_REMOVE, REPLACE_ONE = "add-remove", "replace-one"
+NEIGHBOURING_RELATIONS = {ADD_REMOVE: dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                          REPLACE_ONE: dp_accounting.NeighboringRelation.REPLACE_ONE}
+
+
+def validate_relation(relation: str) -> None:
+    if relation not in NEIGHBOURING_RELATIONS:
+        raise PrivacyParameterError(f"unknown neighbouring relation {relation!r}: choose one of "
+                                    f"{', '.join(NEIGHBOURING_RELATIONS)}")
+
+
 @dataclass(frozen=True)
 class SampledGaussianQuery:
     """One DP-SGD step: each example joins the batch with probability `sample_rate` (Poisson sampling), and the sum
     of the batch's clipped per-example gradients gets Gaussian noise of `noise_multiplier` times the clipping norm.
 
-    Neighbouring relation: add or remove one example (Opacus' and the DP-SGD literature's). `epsilon` is
-    dp-accounting's PLD figure, pessimistic, so an upper bound; `discretization` trades its tightness for speed.
+    Neighbouring relation: add or remove one example by default (Opacus' and the DP-SGD literature's), or replace
+    one (`relation="replace-one"`: the clipped sum moves by up to twice the clipping norm, which dp-accounting's PLD
+    accountant analyses exactly). `epsilon` is dp-accounting's PLD figure, pessimistic, so an upper bound;
+    `discretization` trades its tightness for speed.
     """
 
     noise_multiplier: float
     sample_rate: float
     discretization: float = 1e-4
+    relation: str = ADD_REMOVE
 
     def __post_init__(self) -> None:
         _validate_sampled(self.noise_multiplier, self.sample_rate)
+        validate_relation(self.relation)
 
     def dp_event(self) -> dp_accounting.DpEvent:
         return dp_accounting.PoissonSampledDpEvent(self.sample_rate, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
     def epsilon(self, count: int, delta: float) -> float:
-        accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=self.discretization)
+        accountant = pld_privacy_accountant.PLDAccountant(NEIGHBOURING_RELATIONS[self.relation],
+                                                          value_discretization_interval=self.discretization)
         accountant.compose(dp_accounting.SelfComposedDpEvent(self.dp_event(), count))
         return accountant.get_epsilon(delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
+        if self.relation != ADD_REMOVE:  # dp-accounting's RDP accountant has no replace-one subsampled Gaussian
+            raise PrivacyParameterError("the RDP cross-check of DP-SGD exists only for add/remove neighbours")
         return dp_accounting.rdp.RdpAccountant()
 
 
@@ -280,10 +299,11 @@ def calibrate_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuer
 
 
 def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "pld",
-                  discretization: float = 1e-4) -> float:
+                  discretization: float = 1e-4, relation: str = ADD_REMOVE) -> float:
     """Epsilon of `steps` DP-SGD steps: PoissonSampledDpEvent(q, GaussianDpEvent(z)) self-composed, by
-    dp-accounting's PLD accountant (the guarantee) or its RDP accountant (the looser cross-check)."""
-    query = SampledGaussianQuery(noise_multiplier, sample_rate, discretization)
+    dp-accounting's PLD accountant (the guarantee, under either relation) or its RDP accountant (the looser
+    cross-check, add/remove only)."""
+    query = SampledGaussianQuery(noise_multiplier, sample_rate, discretization, relation)
     if accountant == "pld":
         return composed_epsilon(query, steps, delta)
     if accountant == "rdp":
@@ -311,18 +331,23 @@ def calibrate_noise_multiplier(epsilon_of: Callable[[float], float], epsilon: fl
     return fitting / ratio**below
 
 
-def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float) -> SampledGaussianQuery:
-    """Smallest DP-SGD noise multiplier (to 0.1%) whose PLD epsilon over `steps` fits (epsilon, delta).
+def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float,
+                    relation: str = ADD_REMOVE) -> SampledGaussianQuery:
+    """Smallest DP-SGD noise multiplier (to 0.1%) whose PLD epsilon over `steps` under `relation` fits
+    (epsilon, delta).
 
-    Searched first on RDP (fast at any multiplier), then down from there on a coarse PLD (10x faster, 0.4% looser
-    at 14,062 steps), and checked on the fine PLD that the report states.
+    Searched first on add/remove RDP (fast at any multiplier), then from there on a coarse PLD (10x faster, 0.4%
+    looser at 14,062 steps; replace-one needs more noise, found by doubling), and checked on the fine PLD that the
+    report states.
     """
     validate_delta(delta)
+    validate_relation(relation)
     rdp = calibrate_noise_multiplier(lambda z: dpsgd_epsilon(z, sample_rate, steps, delta, "rdp"), epsilon,
                                      tolerance=1e-2)  # only a starting point
     noise_multiplier = calibrate_noise_multiplier(
-        lambda z: dpsgd_epsilon(z, sample_rate, steps, delta, "pld", discretization=1e-3), epsilon, start=rdp)
-    query = SampledGaussianQuery(noise_multiplier, sample_rate)
+        lambda z: dpsgd_epsilon(z, sample_rate, steps, delta, "pld", discretization=1e-3, relation=relation),
+        epsilon, start=rdp)
+    query = SampledGaussianQuery(noise_multiplier, sample_rate, relation=relation)
     if composed_epsilon(query, steps, delta) > epsilon:
         raise PrivacyParameterError(f"could not calibrate DP-SGD noise to epsilon={epsilon} for {steps} steps")
     return query

@@ -204,11 +204,14 @@ def write_transcription_report(out_dir: Path, report: dict[str, Any], samples: T
 
 
 PRIVATE_TRAINING_ROWS = (  # (privacy key, row label) of the private-training report, in this order when present
-    ("epsilon_rdp", "epsilon (dp-accounting RDP, cross-check)"), ("epsilon_opacus", "epsilon (Opacus RDP accountant)"),
-    ("delta", "delta"), ("budget_epsilon", "budget"), ("noise_multiplier", "noise multiplier (std / sensitivity)"),
+    ("relation", "neighbouring relation"), ("epsilon_add_remove", "epsilon, add/remove one example"),
+    ("epsilon_replace_one", "epsilon, replace one example"),
+    ("epsilon_rdp", "epsilon (dp-accounting RDP, add/remove, cross-check)"),
+    ("epsilon_opacus", "epsilon (Opacus RDP accountant, add/remove)"), ("delta", "delta"), ("budget_epsilon", "budget"),
+    ("noise_multiplier", "noise multiplier (std / sensitivity)"),
     ("sigma", "sigma (noise std / beta)"), ("beta", "beta (norm of each output gradient)"),
     ("max_grad_norm", "max grad norm (clipping)"), ("noise_std", "noise std"), ("target_step", "target step gamma"),
-    ("sample_rate", "sampling rate (Poisson)"), ("expected_batch_size", "expected batch size"),
+    ("sample_rate", "sampling rate (Poisson)"),
     ("steps", "steps"), ("planned_steps", "planned steps"), ("releases", "per-example releases"),
 )
 
@@ -236,11 +239,10 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     timing = report["timing"]
     lines += [f"| wall time (training, this session) | {timing['wall_seconds']:.1f} s |",
               f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
-              "", "## Epochs", "", "| epoch | train loss | test accuracy | steps |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['epoch']} | {r['train_loss']:.4f} | {_percent(r['test_accuracy'])} | {r['steps']} |"
-              for r in report["history"]]
+              "", "## Epochs", "", "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
+    lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} | {r['steps']} |" for r in report["history"]]
     lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(config), indent=2), "```", "",
-              f"Seed {report['seed']} (initialisation only). Noise and sampling: {privacy.get('noise', 'n/a')}. "
+              f"Seed {report['seed']} (initialisation only). Noise and sampling: {privacy['noise']}. "
               f"Every figure above is also in `report.json`; figures computed from the private data without "
               f"noise are in `private/record.json` (never publish it)."]
     if report.get("notes"):

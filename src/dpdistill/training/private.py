@@ -8,8 +8,22 @@
   d logits / d weights, which nothing bounds: the student has NO formal guarantee; the epsilon covers only the
   released noisy output gradients.
 
-Both use the same Poisson sampler (Opacus' DPDataLoader), so the sampling rate and the number of steps that
-the accountant composes are the ones that run; the plan is checked against the budget before training.
+Both use the same Poisson sampler, so the sampling rate and the number of steps that the accountant composes are
+the ones that run; the plan is checked against the budget before training.
+
+Secret randomness (an equivalent of Opacus' secure mode, which needs torchcsprng, unavailable here): every
+privacy draw comes from a `NoiseSource` (privacy/randomness.py), os.urandom by default. `PoissonBatchSampler`
+draws batch membership from it and `NoiseSourceDPOptimizer` the Gaussian noise on the clipped gradient sum;
+`--seed` governs only the student's initialisation and other non-private randomness, and it is safe to publish.
+`reproducible_noise` (debugging only) draws both from the seed instead: such a run has NO guarantee.
+
+Neighbouring relation: DP-SGD's budget is stated under add/remove by default (Opacus' convention) or, with
+`relation="replace-one"`, under replace-one, the relation of the ensembles and transcriptions; every report gives
+its relation and its replace-one epsilon, so routes can be compared under one relation.
+
+Release hygiene: figures computed from the private data without noise (the exact training-set size, the expected
+batch size, the training loss) are returned apart from the public report, in `private_figures`. The sampling rate
+itself is public (the accountant needs it) and reveals the training set's size to within one batch.
 
 Either can start from an encoder pretrained on public images only (`dpdistill pretrain`), the starting point
 PATE's best rows use, so the two routes compare like with like. Its BatchNorm layers then keep the encoder's
@@ -25,15 +39,18 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from opacus import PrivacyEngine
-from opacus.data_loader import DPDataLoader
+from opacus import GradSampleModule
+from opacus.accountants import RDPAccountant
+from opacus.data_loader import wrap_collate_with_empty
+from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from opacus.validators import ModuleValidator
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data._utils.collate import default_collate
 
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import public_split
@@ -45,6 +62,9 @@ from dpdistill.methods.state import load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.accounting import (
+    ADD_REMOVE,
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
     PrivacyLedger,
     SampledGaussianQuery,
     SampledReleaseQuery,
@@ -55,6 +75,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy.randomness import NoiseSource, noise_source
 from dpdistill.training.teacher import load_encoder
 
 Progress = Callable[[dict], None]
@@ -65,7 +86,10 @@ COVERED = {
                     "weights, which the output-gradient mechanism does not bound; the stated epsilon covers only the "
                     "released noisy output gradients",
 }
+REPRODUCIBLE_COVERED = "NO guarantee: the noise is reproducible"
 METHODS = tuple(COVERED)
+UNITS = {ADD_REMOVE: "adding or removing one private training example",
+         REPLACE_ONE: "replacing one private training example"}
 TRAIN_LAYERS = ("all", "head")  # which of the student's weights learn from the private data
 
 
@@ -85,8 +109,10 @@ class PrivateTrainingConfig:
     epochs: int = 3  # the measured `dpsgd-eps*` and `dpdfd-direct-eps*` rows (per-example gradients are slow on CPU)
     batch_size: int = 256  # expected batch size of the Poisson sampler
     lr: float = 1e-3
-    seed: int = 0
+    seed: int = 0  # initialisation only: privacy draws never come from it (unless reproducible_noise)
     device: str = "cpu"
+    reproducible_noise: bool = False  # debugging only: noise and sampling from the seed, NO privacy guarantee
+    relation: str = ADD_REMOVE  # dpsgd: the neighbouring relation of the budget (dpdfd-direct: always replace-one)
     student_init: str | None = None  # an encoder pretrained on public images the student starts from
     train_layers: str = "all"  # "all", or "head": only the last layer learns, on the frozen encoder's features
     public: str | None = None  # with student_init: where its public pool came from (as `pate --public`) ...
@@ -97,6 +123,8 @@ class PrivateTrainingConfig:
             raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHODS)}")
         if self.train_layers not in TRAIN_LAYERS:
             raise ConfigError(f"unknown --train-layers {self.train_layers!r}: choose one of {', '.join(TRAIN_LAYERS)}")
+        if self.relation not in NEIGHBOURING_RELATIONS:
+            raise ConfigError(f"unknown --relation {self.relation!r}: choose one of {', '.join(NEIGHBOURING_RELATIONS)}")
         if self.train_layers == "head" and self.student_init is None:
             raise ConfigError("--train-layers head trains a linear layer on a pretrained encoder's features: give "
                               "the encoder with --student-init (`dpdistill pretrain` makes one from public images)")
@@ -126,11 +154,13 @@ class PrivateTrainingConfig:
 
 @dataclass(frozen=True)
 class PrivatePlan:
-    """The mechanism fixed before training: one query per step, and exactly `steps` steps."""
+    """The mechanism fixed before training: one query per step, and exactly `steps` steps, accounted under
+    `relation`."""
 
     query: SampledGaussianQuery | SampledReleaseQuery
     steps_per_epoch: int
     steps: int
+    relation: str
 
     @property
     def noise_multiplier(self) -> float:
@@ -145,15 +175,17 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
     """Fix the noise for `epochs` epochs of Poisson-sampled steps and refuse a plan that would overspend.
 
     The sampling rate and steps per epoch follow Opacus' own rule (rate 1 / number of batches of the plain
-    loader, int(1 / rate) steps an epoch), so the plan is what runs.
+    loader, int(1 / rate) steps an epoch), so the plan is what runs. dpdfd-direct's releases are tied to their
+    examples, so only replace-one is meaningful for it.
     """
-    sample_rate = 1 / -(-train_size // config.batch_size)
-    steps_per_epoch = int(1 / sample_rate)
+    sample_rate, steps_per_epoch = opacus_sampling(train_size, config.batch_size)
     steps = config.epochs * steps_per_epoch
     if config.method == "dpsgd":
-        query = (SampledGaussianQuery(config.sigma, sample_rate) if config.sigma is not None
-                 else calibrate_dpsgd(sample_rate, steps, config.epsilon, config.delta))
+        relation = config.relation
+        query = (SampledGaussianQuery(config.sigma, sample_rate, relation=relation) if config.sigma is not None
+                 else calibrate_dpsgd(sample_rate, steps, config.epsilon, config.delta, relation))
     else:  # answers of norm <= beta differ by <= 2 beta and get noise sigma * beta: multiplier sigma / 2
+        relation = REPLACE_ONE
         query = (SampledReleaseQuery(config.sigma / 2, sample_rate) if config.sigma is not None
                  else calibrate_sampled_release(sample_rate, steps, config.epsilon, config.delta))
     spent = composed_epsilon(query, steps, config.delta)
@@ -162,7 +194,61 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
             f"{config.epochs} epochs of {steps_per_epoch} steps at sigma={config.sigma} would spend epsilon="
             f"{spent:.4g} > budget {config.epsilon}: raise --sigma, lower --epochs, or leave --sigma unset to "
             f"calibrate the noise to the budget")
-    return PrivatePlan(query, steps_per_epoch, steps)
+    return PrivatePlan(query, steps_per_epoch, steps, relation)
+
+
+def opacus_sampling(train_size: int, batch_size: int) -> tuple[float, int]:
+    """(sampling rate, steps an epoch) by Opacus' rule: rate 1 / number of batches of the plain loader,
+    int(1 / rate) steps."""
+    sample_rate = 1 / len(DataLoader(range(train_size), batch_size=batch_size))
+    return sample_rate, int(1 / sample_rate)
+
+
+class PoissonBatchSampler(Sampler[list[int]]):
+    """Poisson sampling with secret randomness: in each of `steps` batches every one of `num_samples` examples
+    takes part independently with probability `sample_rate`, drawn from `noise` (Opacus'
+    UniformWithReplacementSampler, without its torch.Generator). Batches can be empty, as the accountant assumes."""
+
+    def __init__(self, num_samples: int, sample_rate: float, steps: int, noise: NoiseSource) -> None:
+        self.num_samples, self.sample_rate, self.steps, self.noise = num_samples, sample_rate, steps, noise
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.steps):
+            yield self.noise.bernoulli((self.num_samples,), self.sample_rate).nonzero().flatten().tolist()
+
+
+def poisson_loader(dataset: TensorDataset, plan: PrivatePlan, noise: NoiseSource, batch_size: int) -> DataLoader:
+    """The plan's Poisson-sampled batches of `dataset` (an empty batch keeps the tensors' shapes, as in Opacus'
+    DPDataLoader). Refuses a data set on which Opacus' rule gives another rate or number of steps than the plan."""
+    sampling = opacus_sampling(len(dataset), batch_size)
+    if sampling != (plan.sample_rate, plan.steps_per_epoch):
+        raise PrivacyParameterError(f"Opacus' rule samples at rate {sampling[0]} for {sampling[1]} steps an epoch, "
+                                    f"the plan at {plan.sample_rate} for {plan.steps_per_epoch}")
+    collate = wrap_collate_with_empty(collate_fn=default_collate,
+                                      sample_empty_shapes=[(0, *tensor.shape[1:]) for tensor in dataset.tensors],
+                                      dtypes=[tensor.dtype for tensor in dataset.tensors])
+    sampler = PoissonBatchSampler(len(dataset), plan.sample_rate, plan.steps_per_epoch, noise)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+
+
+class NoiseSourceDPOptimizer(DPOptimizer):
+    """Opacus' DPOptimizer (flat clipping) whose Gaussian noise on the clipped gradient sum comes from a
+    NoiseSource: secure mode's noise (sum of four normals from secure bits) without torchcsprng."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseSource, **kwargs: Any) -> None:
+        super().__init__(optimizer, **kwargs)
+        self.noise = noise
+
+    def add_noise(self) -> None:
+        std = self.noise_multiplier * self.max_grad_norm
+        for weight in self.params:
+            _check_processed_flag(weight.summed_grad)
+            noise = self.noise.normal(weight.summed_grad.shape, std, weight.summed_grad.device)
+            weight.grad = (weight.summed_grad + noise).view_as(weight)
+            _mark_as_processed(weight.summed_grad)
 
 
 def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
@@ -194,29 +280,41 @@ def label_logits(labels: Tensor, num_classes: int) -> Tensor:
     return (F.one_hot(labels, num_classes).float() - 1) * 1e4
 
 
+def epsilon_key(relation: str) -> str:
+    """The report's key of the epsilon under `relation`: epsilon_add_remove or epsilon_replace_one."""
+    return f"epsilon_{relation.replace('-', '_')}"
+
+
 @dataclass
 class PrivateTrainingResult:
-    """The trained student, what it spent, and how it went."""
+    """The trained student, what it spent, and how it went; `private_figures` are computed from the private data
+    without noise (exact training-set size, expected batch size, training loss) and belong in a private record."""
 
     model: Classifier
     privacy: dict[str, Any]
-    history: list[dict]
+    history: list[dict]  # public: epoch, steps, test accuracy
     wall_seconds: float
     fixes: list[str]  # what Opacus' ModuleValidator.fix changed in the student (BatchNorm -> GroupNorm)
+    private_figures: dict[str, Any]
 
 
 class PrivateTrainer:
     """The loop both baselines share: Poisson-sampled batches, one ledger charge per step (the run stops before a
-    step beyond the plan), test accuracy and a resumable checkpoint after every epoch."""
+    step beyond the plan), test accuracy and a resumable checkpoint after every epoch.
 
-    noise_on_device = False  # Opacus draws its noise on the model's device; dpdistill's mechanisms on the CPU
-    formal_guarantee = True  # whether the epsilon covers the released student
+    Privacy draws come from `self.noise` alone. A resumed secure run draws fresh noise and fresh batches for the
+    steps after the last epoch checkpoint: the interrupted run released nothing after it (the ledger resumes from
+    the checkpoint's count, and the weights those steps produced were never saved), so no noise is reused.
+    """
+
+    formal_guarantee = True  # whether the epsilon covers the released student (with secret noise)
 
     def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
                  progress: Progress | None = None) -> None:
         self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
         self.device = torch.device(config.device)
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.seed)  # initialisation and other non-private randomness only
+        self.noise = noise_source(config.reproducible_noise, config.seed)
         self.x_eval, self.y_eval = dataset.x_test, dataset.y_test
         self.measured_on = f"the {len(dataset.y_test)} test images of {dataset.name}"
         self.frozen: list[nn.Module] = []  # kept in eval mode while training
@@ -237,14 +335,11 @@ class PrivateTrainer:
         self.trained: nn.Module = self.model.head if config.train_layers == "head" else self.model
         self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
             [weight for weight in self.trained.parameters() if weight.requires_grad], lr=config.lr)
-        self.sampler_generator = torch.Generator().manual_seed(config.seed)
-        self.noise_generator = torch.Generator(device=self.device if self.noise_on_device else "cpu")
-        self.noise_generator.manual_seed(config.seed + 1)
-        self.loader = DataLoader(TensorDataset(inputs, dataset.y_train), batch_size=config.batch_size,
-                                 generator=self.sampler_generator)
+        self.loader = poisson_loader(TensorDataset(inputs, dataset.y_train), plan, self.noise, config.batch_size)
         self.ledger = PrivacyLedger(plan.query, plan.steps)
         self.epoch = 0
         self.history: list[dict] = []
+        self.train_loss: list[float] = []  # per epoch, on the private data: a private figure
 
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return model, []
@@ -272,7 +367,8 @@ class PrivateTrainer:
                 loss_sum += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
                 seen += len(labels)
             self.epoch += 1
-            self.history.append({"epoch": self.epoch, "train_loss": loss_sum / max(seen, 1), "steps": self.ledger.answered,
+            self.train_loss.append(loss_sum / max(seen, 1))
+            self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
                                  "test_accuracy": accuracy(self.model, self.x_eval, self.y_eval, device=self.device)})
             save_state(self.work_dir / "resume", self._state())
             if self.progress:
@@ -280,55 +376,75 @@ class PrivateTrainer:
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
         return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
-                                     time.perf_counter() - started, self.fixes)
+                                     time.perf_counter() - started, self.fixes, self.private_figures())
+
+    def private_figures(self) -> dict[str, Any]:
+        """Figures computed from the private data without noise: for a private record, never the public report."""
+        train_size = len(self.loader.dataset)
+        return {"train_size": train_size, "expected_batch_size": self.plan.sample_rate * train_size,
+                "train_loss": [{"epoch": record["epoch"], "train_loss": loss}
+                               for record, loss in zip(self.history, self.train_loss)]}
+
+    def epsilons_by_relation(self, epsilon: float) -> dict[str, float]:
+        """The run's epsilon under each neighbouring relation it can be stated in."""
+        return {epsilon_key(self.plan.relation): epsilon}
 
     def privacy_summary(self) -> dict[str, Any]:
-        """The `privacy` section of the report: the guarantee of the steps run, and what it covers."""
+        """The public `privacy` section of the report: the guarantee of the steps run, its relation, and what it
+        covers (nothing, with reproducible noise)."""
         config, steps = self.config, self.ledger.answered
-        return {"method": config.method, "mode": "data", "epsilon": composed_epsilon(self.plan.query, steps, config.delta),
-                "delta": config.delta, "budget_epsilon": config.epsilon, "noise_multiplier": self.plan.noise_multiplier,
-                "sample_rate": self.plan.sample_rate, "expected_batch_size": self.plan.sample_rate * len(self.loader.dataset),
-                "steps": steps, "planned_steps": self.plan.steps, "calibrated": config.sigma is None,
-                "formal_guarantee": self.formal_guarantee, "covered": COVERED[config.method]
-                + ("; its starting encoder saw public images only" if config.student_init else "")}
+        epsilon = composed_epsilon(self.plan.query, steps, config.delta)
+        covered = (REPRODUCIBLE_COVERED if self.noise.reproducible else COVERED[config.method]
+                   + ("; its starting encoder saw public images only" if config.student_init else ""))
+        return {"method": config.method, "mode": "data", "epsilon": epsilon, "delta": config.delta,
+                "budget_epsilon": config.epsilon, "relation": self.plan.relation, **self.epsilons_by_relation(epsilon),
+                "unit": UNITS[self.plan.relation], "noise_multiplier": self.plan.noise_multiplier,
+                "sample_rate": self.plan.sample_rate, "steps": steps, "planned_steps": self.plan.steps,
+                "calibrated": config.sigma is None, "noise": self.noise.description,
+                "formal_guarantee": self.formal_guarantee and not self.noise.reproducible, "covered": covered}
 
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "sampler_rng": self.sampler_generator.get_state(), "noise_rng": self.noise_generator.get_state(),
-                "torch_rng": torch.get_rng_state(), "history": self.history}
+                "noise": self.noise.state(), "torch_rng": torch.get_rng_state(), "history": self.history,
+                "train_loss": self.train_loss}
 
     def _restore(self, state: dict[str, Any]) -> None:
-        """Continue after the last finished epoch: same weights, optimizer, random streams and spent steps."""
+        """Continue after the last finished epoch: same weights, optimizer and spent steps; the same noise stream
+        only in reproducible mode (a secure source has no state and draws afresh)."""
+        if "noise" not in state:
+            raise CheckpointError("the interrupted run drew its noise from seeded generators (no guarantee): start "
+                                  "a new run")
         if state["noise_multiplier"] != self.plan.noise_multiplier:
             raise CheckpointError(f"the interrupted run used noise multiplier {state['noise_multiplier']}, its saved "
                                   f"configuration now gives {self.plan.noise_multiplier}: start a new run")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.sampler_generator.set_state(state["sampler_rng"])
-        self.noise_generator.set_state(state["noise_rng"])
+        self.noise.restore(state["noise"])
         torch.set_rng_state(state["torch_rng"])
         self.epoch, self.ledger.answered, self.history = state["epoch"], state["steps"], state["history"]
+        self.train_loss = state["train_loss"]
 
 
 class DPSGDTrainer(PrivateTrainer):
-    """DP-SGD with Opacus' PrivacyEngine (Adam on the privatised gradient: post-processing). Opacus' own RDP
-    accountant follows every step; its figure is reported beside dp-accounting's."""
+    """DP-SGD wired from Opacus' parts: GradSampleModule for per-example gradients, `NoiseSourceDPOptimizer` (flat
+    clipping, noise from the NoiseSource; Adam on the privatised gradient is post-processing), the secret Poisson
+    sampler, and Opacus' RDP accountant following every step, reported beside dp-accounting's figure.
 
-    noise_on_device = True
+    The mean-loss gradient is divided by the public --batch-size rather than Opacus' int(n * rate), which depends
+    on the private training-set size.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        with warnings.catch_warnings():  # seeded torch generators, as everywhere in dpdistill (reproducible runs)
-            warnings.filterwarnings("ignore", message="Secure RNG turned off")
-            self.engine = PrivacyEngine(accountant="rdp")
-        self.private_model, self.optimizer, self.loader = self.engine.make_private(
-            module=self.trained, optimizer=self.optimizer, data_loader=self.loader,
-            noise_multiplier=self.plan.noise_multiplier, max_grad_norm=self.config.max_grad_norm,
-            noise_generator=self.noise_generator, poisson_sampling=True)
-        if (self.loader.sample_rate, len(self.loader)) != (self.plan.sample_rate, self.plan.steps_per_epoch):
-            raise PrivacyParameterError(f"Opacus samples at rate {self.loader.sample_rate} for {len(self.loader)} steps "
-                                        f"an epoch, the plan at {self.plan.sample_rate} for {self.plan.steps_per_epoch}")
+        self.private_model = GradSampleModule(self.trained)
+        self.private_model.forbid_grad_accumulation()  # Poisson batches: one batch, one step
+        self.optimizer = NoiseSourceDPOptimizer(self.optimizer, noise=self.noise,
+                                                noise_multiplier=self.plan.noise_multiplier,
+                                                max_grad_norm=self.config.max_grad_norm,
+                                                expected_batch_size=self.config.batch_size)
+        self.accountant = RDPAccountant()
+        self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=self.plan.sample_rate))
 
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return opacus_compatible(model)
@@ -342,41 +458,49 @@ class DPSGDTrainer(PrivateTrainer):
         self.optimizer.step()
         return losses.detach()
 
+    def epsilons_by_relation(self, epsilon: float) -> dict[str, float]:
+        """Both relations: the budget's, and the other one for the same noise."""
+        other = REPLACE_ONE if self.plan.relation == ADD_REMOVE else ADD_REMOVE
+        restated = dataclasses.replace(self.plan.query, relation=other)
+        return {**super().epsilons_by_relation(epsilon),
+                epsilon_key(other): composed_epsilon(restated, self.ledger.answered, self.config.delta)}
+
     def privacy_summary(self) -> dict[str, Any]:
         config, steps = self.config, self.ledger.answered
-        history = [tuple(entry) for entry in self.engine.accountant.history]
+        history = [tuple(entry) for entry in self.accountant.history]
         if history != [(self.plan.noise_multiplier, self.plan.sample_rate, steps)]:
             raise BudgetExceededError(f"Opacus accounted {history}, dpdistill {steps} steps at noise multiplier "
                                       f"{self.plan.noise_multiplier} and rate {self.plan.sample_rate}")
+        add_remove = dataclasses.replace(self.plan.query, relation=ADD_REMOVE)
         return {**super().privacy_summary(),
-                "epsilon_rdp": composed_epsilon_rdp(self.plan.query, steps, config.delta),
-                "epsilon_opacus": self.engine.accountant.get_epsilon(config.delta),
+                "epsilon_rdp": composed_epsilon_rdp(add_remove, steps, config.delta),
+                "epsilon_opacus": self.accountant.get_epsilon(config.delta),
                 "accountant": "dp-accounting PLD, Poisson-subsampled Gaussian",
                 "accountant_opacus": "Opacus RDP accountant",
-                "unit": "adding or removing one private training example",
+                "relation_rdp": ADD_REMOVE,  # both RDP cross-checks (dp-accounting's and Opacus')
                 "max_grad_norm": config.max_grad_norm,
                 "noise_std": self.plan.noise_multiplier * config.max_grad_norm}
 
     def _state(self) -> dict[str, Any]:
-        return {**super()._state(), "accountant": self.engine.accountant.history}
+        return {**super()._state(), "accountant": self.accountant.history}
 
     def _restore(self, state: dict[str, Any]) -> None:
         super()._restore(state)
-        self.engine.accountant.history = [tuple(entry) for entry in state["accountant"]]
+        self.accountant.history = [tuple(entry) for entry in state["accountant"]]
 
 
 class DirectOutputGradientTrainer(PrivateTrainer):
-    """DPDFD's direct training: DPSD's data-mode annotation with the private label as the teacher."""
+    """DPDFD's direct training: DPSD's data-mode annotation with the private label as the teacher, its noise from
+    the run's NoiseSource."""
 
     formal_guarantee = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.loader = DPDataLoader.from_data_loader(self.loader)
         # Counts per-example releases for the report; the budget is guarded per step by `self.ledger`.
         self.releases = PrivacyLedger(self.plan.query, len(self.loader.dataset) * self.plan.steps)
         self.annotator = OutputGradientAnnotator(DistillationGradient(loss="kd"), self.releases, self.config.beta,
-                                                 self.sigma, None, self.config.target_step, self.noise_generator)
+                                                 self.sigma, None, self.config.target_step, self.noise)
 
     @property
     def sigma(self) -> float:
