@@ -155,8 +155,8 @@ def test_discrete_gaussian_votes_describe_themselves_like_the_other_queries():
 @pytest.mark.parametrize("target, count", [(1.0, 100), (10.0, 3840), (1000.0, 150)])
 def test_discrete_gaussian_calibration_never_overspends(target, count):
     query = calibrate_discrete_gaussian(count, target, DELTA)
-    assert target * 0.99 < composed_epsilon(query, count, DELTA) <= target
-    assert composed_epsilon(DiscreteGaussianQuery(query.sigma / 1.002), count, DELTA) > target  # smallest to 0.1%
+    assert target * 0.999 < composed_epsilon(query, count, DELTA) <= target
+    assert composed_epsilon(DiscreteGaussianQuery(query.sigma / 1.0002), count, DELTA) > target  # smallest to 0.01%
     cap = max_queries(query, target, DELTA, guess=count)
     assert cap >= count and composed_epsilon(query, cap + 1, DELTA) > target
     assert max_queries(query, target, DELTA) == cap  # the guess only speeds the search

@@ -366,10 +366,10 @@ def calibrate_noise_multiplier(epsilon_of: Callable[[float], float], epsilon: fl
     return fitting / ratio**below
 
 
-def calibrate_discrete_gaussian(count: int, epsilon: float, delta: float, tolerance: float = 1e-3) -> DiscreteGaussianQuery:
-    """Smallest vote-noise sigma (to 0.1%, on the safe side) with which `count` discrete-Gaussian answers stay
+def calibrate_discrete_gaussian(count: int, epsilon: float, delta: float, tolerance: float = 1e-4) -> DiscreteGaussianQuery:
+    """Smallest vote-noise sigma (to 0.01%, on the safe side) with which `count` discrete-Gaussian answers stay
     within (epsilon, delta). The search starts just above the continuous Gaussian's analytic sigma, which the
-    discrete one at sigma >= 1 matches to far below 0.1%, so it usually costs two evaluations."""
+    discrete one at sigma >= 1 matches to about 0.005%, so it usually costs two or three evaluations."""
     continuous = calibrate_gaussian(count, epsilon, delta).noise_multiplier * math.sqrt(2)
     sigma = calibrate_noise_multiplier(lambda s: composed_epsilon(DiscreteGaussianQuery(s), count, delta), epsilon,
                                        start=continuous * (1 + tolerance), tolerance=tolerance)
