@@ -55,6 +55,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy.randomness import SecureNoise
 from dpdistill.training.teacher import load_encoder
 
 Progress = Callable[[dict], None]
@@ -376,7 +377,7 @@ class DirectOutputGradientTrainer(PrivateTrainer):
         # Counts per-example releases for the report; the budget is guarded per step by `self.ledger`.
         self.releases = PrivacyLedger(self.plan.query, len(self.loader.dataset) * self.plan.steps)
         self.annotator = OutputGradientAnnotator(DistillationGradient(loss="kd"), self.releases, self.config.beta,
-                                                 self.sigma, None, self.config.target_step, self.noise_generator)
+                                                 self.sigma, None, self.config.target_step, SecureNoise())
 
     @property
     def sigma(self) -> float:
