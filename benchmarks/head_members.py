@@ -31,6 +31,7 @@ from dpdistill.models.ensemble import HeadEnsemble, plurality_counts
 from dpdistill.privacy.accounting import calibrate_gaussian
 from dpdistill.privacy.budget import plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
+from dpdistill.privacy.randomness import ReproducibleNoise
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_heads
 
 PUBLIC = 5000
@@ -45,10 +46,10 @@ def answer_sigma(epsilon: float, answers: int) -> float:
 
 def answers_right(votes: Tensor, labels: Tensor, sigma: float, draws: int = 5) -> float:
     """How often GNMax answers on images with these `votes` (n, classes) name their `labels`: the mean over
-    `draws` noise draws (seeded, so reruns agree)."""
-    generator = torch.Generator().manual_seed(0)
+    `draws` noise draws (seeded, so reruns agree: a measurement, not a release)."""
+    noise = ReproducibleNoise(0)
     every_class = torch.ones_like(votes, dtype=torch.bool)
-    return sum((noisy_votes(votes, every_class, sigma, generator).argmax(1) == labels).float().mean().item()
+    return sum((noisy_votes(votes, every_class, sigma, noise).argmax(1) == labels).float().mean().item()
                for _ in range(draws)) / draws
 
 

@@ -325,6 +325,8 @@ def coverage(config: TranscriptionConfig) -> str:
     """What the stated epsilon covers: only outputs that are post-processing of the noisy releases."""
     if config.privacy.mode == "none":
         return "nothing"
+    if config.reproducible_noise:
+        return "NO guarantee: the noise is reproducible"
     if config.generator_sees_teacher:
         return ("NO formal guarantee for the student or the generator: the synthetic inputs depend on the "
                 "non-private teacher (teacher as discriminator, generator pretrained on the teacher, or adversarial "

@@ -39,6 +39,21 @@ def test_transcribe_writes_a_report(digits_teacher: Path, tmp_path: Path):
     assert evaluated.exit_code == 0, evaluated.output
 
 
+def test_reproducible_noise_is_a_debugging_flag_that_voids_the_guarantee(digits_teacher: Path,
+                                                                          digits_ensemble: Path, tmp_path: Path):
+    transcription = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path / "t", "--epsilon", "5",
+                           "--preset", "demo", "--iterations", "2", "--batch-size", "8", "--reproducible-noise")
+    assert transcription.exit_code == 0, transcription.output
+    pate = invoke("pate", "--teacher", digits_ensemble, "--out", tmp_path / "p", "--epsilon", "5", "--queries", "20",
+                  "--public-size", "200", "--min-steps", "5", "--self-training-rounds", "0", "--reproducible-noise")
+    assert pate.exit_code == 0, pate.output
+    for run in ("t", "p"):
+        report = json.loads((tmp_path / run / "report.json").read_text())
+        assert report["config"]["reproducible_noise"] is True
+        assert report["privacy"]["covered"] == "NO guarantee: the noise is reproducible"
+        assert report["privacy"]["formal_guarantee"] is False
+
+
 def _transcribe(teacher: Path, out: Path, *extra: str):
     return invoke("transcribe", "--teacher", teacher, "--out", out, "--iterations", "2", "--batch-size", "8", *extra)
 

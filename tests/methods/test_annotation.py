@@ -6,12 +6,13 @@ import torch
 from dpdistill.methods.annotation import (CandidateSet, DistillationGradient, NoisyVoteAnnotator,
                                           OutputGradientAnnotator, TeacherAnnotator)
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
+from dpdistill.privacy.randomness import SecureNoise
 
 
-def _gradient_annotator(sigma: float, seed: int = 0) -> OutputGradientAnnotator:
+def _gradient_annotator(sigma: float) -> OutputGradientAnnotator:
     ledger = PrivacyLedger(GaussianQuery(sigma / 2), max_queries=10**6)
     return OutputGradientAnnotator(DistillationGradient("kd"), ledger, beta=1.0, sigma=sigma, top_k=None, step=0.1,
-                                   generator=torch.Generator().manual_seed(seed))
+                                   noise=SecureNoise())
 
 
 def _released_step(targets: torch.Tensor, student: torch.Tensor, step: float = 0.1) -> torch.Tensor:
@@ -45,7 +46,7 @@ def test_noisy_votes_count_each_members_top_class():
     members[3:, :, 2] = 5.0  # two vote class 2
     student = torch.tensor([[0.0, 3.0, 2.0, 1.0], [0.0, 1.0, 3.0, 2.0]])
     ledger = PrivacyLedger(GaussianQuery(1e-3), max_queries=10)
-    labels = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(2), torch.Generator()).annotate(members, student).argmax(1)
+    labels = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(2), SecureNoise()).annotate(members, student).argmax(1)
     assert labels.tolist() == [1, 2]  # the second sample's candidates are {2, 3}: class 1 is not offered
     assert ledger.answered == 2
 
@@ -57,7 +58,7 @@ def test_uncertain_noisy_votes_are_declined_but_still_charged():
     members[:3, 1, 1] = 5.0  # three to two on the second
     members[3:, 1, 2] = 5.0
     ledger = PrivacyLedger(GaussianQuery(1e-3), max_queries=10)
-    annotator = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(3), torch.Generator(), min_margin=2.5)
+    annotator = NoisyVoteAnnotator(ledger, 1e-3, CandidateSet(3), SecureNoise(), min_margin=2.5)
     targets = annotator.annotate(members, torch.zeros(2, 3))
     assert targets.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]] and ledger.answered == 2
 

@@ -8,7 +8,9 @@ import torch
 
 from dpdistill.errors import BudgetExceededError, ConfigError
 from dpdistill.methods.config import build_config
+from dpdistill.methods.dpsd import AnswerJournal, DPSDTranscriber
 from dpdistill.models.checkpoint import load_classifier, load_generator
+from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
 
 CHANCE = 0.1
@@ -26,6 +28,7 @@ def test_private_run_writes_its_outputs_and_respects_its_budget(digits_teacher: 
     assert 9.9 < privacy["epsilon"] <= 10.0
     assert privacy["queries"] == 20 * 64
     assert privacy["covered"].startswith("the student, the generator")
+    assert privacy["noise"].startswith("secure: os.urandom") and "formal_guarantee" not in privacy
     for name in ("student.safetensors", "generator.safetensors", "latents.safetensors", "report.json", "report.md",
                  "samples.png", "training.png"):
         assert (tmp_path / name).exists()
@@ -54,19 +57,23 @@ def test_tiny_run_learns_above_chance(digits_teacher: Path, tmp_path: Path, mode
 
 
 def test_interrupted_run_resumes_to_the_same_result(digits_teacher: Path, tmp_path: Path):
-    whole = transcribe(digits_teacher, _config("data"), tmp_path / "whole", "digits")
+    """Bit for bit with reproducible (debugging) noise: the journal carries the noise source's state."""
+    config = _config("data", reproducible_noise=True)
+    whole = transcribe(digits_teacher, config, tmp_path / "whole", "digits")
 
     def interrupt(record: dict) -> None:
         if record["iteration"] == 45:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        transcribe(digits_teacher, _config("data"), tmp_path / "cut", "digits", progress=interrupt)
+        transcribe(digits_teacher, config, tmp_path / "cut", "digits", progress=interrupt)
     with pytest.raises(ConfigError, match="--resume"):
-        transcribe(digits_teacher, _config("data"), tmp_path / "cut", "digits")
-    resumed = transcribe(digits_teacher, _config("data"), tmp_path / "cut", "digits", resume=True)
+        transcribe(digits_teacher, config, tmp_path / "cut", "digits")
+    resumed = transcribe(digits_teacher, config, tmp_path / "cut", "digits", resume=True)
     assert resumed["privacy"]["queries"] == whole["privacy"]["queries"]
     assert resumed["privacy"]["epsilon"] == pytest.approx(whole["privacy"]["epsilon"])
+    assert resumed["privacy"]["covered"] == "NO guarantee: the noise is reproducible"
+    assert resumed["privacy"]["formal_guarantee"] is False and "NO guarantee" in resumed["privacy"]["noise"]
     a, _ = load_classifier(tmp_path / "whole", "student")
     b, _ = load_classifier(tmp_path / "cut", "student")
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
@@ -105,3 +112,58 @@ def test_two_runs_never_write_the_same_directory(digits_teacher: Path, tmp_path:
         with pytest.raises(ConfigError, match="another dpdistill run"):
             transcribe(digits_teacher, _config("data", iterations=2), tmp_path, "digits")
     assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["data", "label"])
+def test_two_transcriptions_with_identical_arguments_release_different_students(digits_teacher: Path,
+                                                                                 tmp_path: Path, mode: str):
+    """The seed fixes the initialisation and the latent vectors, never the noise: a release is no fixed function
+    of the data."""
+    for run in ("first", "second"):
+        transcribe(digits_teacher, _config(mode, iterations=2), tmp_path / run, "digits")
+    first, _ = load_classifier(tmp_path / "first", "student")
+    second, _ = load_classifier(tmp_path / "second", "student")
+    assert any(not torch.equal(x, y) for x, y in zip(first.state_dict().values(), second.state_dict().values()))
+
+
+class CountingTeacher(torch.nn.Module):
+    """A teacher that counts the samples it answers."""
+
+    def __init__(self, teacher: torch.nn.Module) -> None:
+        super().__init__()
+        self.teacher, self.answered = teacher, 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.answered += len(images)
+        return self.teacher(images)
+
+
+def test_a_resumed_run_serves_released_answers_from_its_journal_and_never_asks_again(digits_teacher: Path,
+                                                                                     tmp_path: Path):
+    teacher, meta = load_teacher(digits_teacher)
+    shape, batch = tuple(meta["in_shape"]), 16
+    config = _config("data", iterations=12, batch_size=batch, checkpoint_every=5, eval_every=100)
+
+    def interrupt(record: dict) -> None:
+        if record["iteration"] == 8:  # after the checkpoint at 5 and three more answered iterations
+            raise KeyboardInterrupt
+
+    first = CountingTeacher(teacher)
+    with pytest.raises(KeyboardInterrupt):
+        DPSDTranscriber(config, first, shape, 10, work_dir=tmp_path, progress=interrupt).run()
+    assert first.answered == 8 * batch
+    with pytest.raises(ConfigError, match="interrupted run"):  # a fresh start would ask again
+        DPSDTranscriber(config, CountingTeacher(teacher), shape, 10, work_dir=tmp_path).run()
+
+    second, records = CountingTeacher(teacher), []
+    resumed = DPSDTranscriber(config, second, shape, 10, work_dir=tmp_path, progress=records.append)
+    annotated, annotate = [], resumed.annotator.annotate
+    resumed.annotator.annotate = lambda *logits: annotated.append(resumed.iteration) or annotate(*logits)
+    result = resumed.run(resume=True)
+
+    assert first.answered + second.answered == resumed.plan.planned_queries == 12 * batch  # each query asked once
+    assert annotated == [8, 9, 10, 11]  # iterations 5 to 7 were served from the journal: no noise drawn again
+    assert records[0]["iteration"] == 6 and records[0]["queries"] == 8 * batch  # the journal's count, not 5 x 16
+    assert result.answered == resumed.ledger.answered == 12 * batch  # every answer ever released is charged
+    journal = AnswerJournal(tmp_path / "resume" / "answers")
+    assert journal.iterations() == list(range(12)) and journal.noise_state(0) is None  # secure: no state kept

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 from safetensors.torch import save_file
 
@@ -18,6 +19,7 @@ from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, choose_qu
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
 from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
+from dpdistill.privacy.randomness import ReproducibleNoise
 
 # Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
 LOUD = {"epsilon": 1e6, "sigma": 0.05}
@@ -218,3 +220,64 @@ def test_answers_without_the_noisy_histogram_are_named_as_older(tmp_path: Path):
     with pytest.raises(CheckpointError, match="older dpdistill") as caught:
         Answers.load(tmp_path / ANSWERS_FILE, 10)
     assert "damaged" not in str(caught.value) and "budget twice" in str(caught.value)
+
+
+def _true_counts(ensemble_dir: Path, answers: Answers) -> torch.Tensor:
+    """What the attacker wants: the members' exact vote counts on the asked public images."""
+    ensemble, _ = load_teacher(ensemble_dir)
+    pool = public_split(load_dataset("digits"), None, 200).pool
+    return vote_counts(ensemble, pool[answers.indices], 10, torch.device("cpu")).float()
+
+
+def _release(ensemble_dir: Path, out: Path, **settings) -> tuple[dict, Answers]:
+    config = PateConfig(epsilon=1, queries=100, public_size=200, min_steps=20, epochs=1, self_training_rounds=0,
+                        **settings)
+    pate(ensemble_dir, config, out)
+    return json.loads((out / "report.json").read_text()), Answers.load(out / ANSWERS_FILE, 100)
+
+
+def test_the_released_seed_does_not_remove_the_noise(digits_ensemble: Path, tmp_path: Path):
+    """The attack on the old release: regenerate the noise from the report's seed and subtract it."""
+    runs = [_release(digits_ensemble, tmp_path / name) for name in ("first", "second")]
+    counts = _true_counts(digits_ensemble, runs[0][1])
+    for report, answers in runs:
+        privacy = report["privacy"]
+        assert privacy["noise"].startswith("secure") and privacy["covered"].startswith("the student")
+        old_noise = torch.randn(answers.votes.shape, generator=torch.Generator().manual_seed(report["seed"] + 1))
+        for guess in (old_noise * privacy["sigma"], ReproducibleNoise(report["seed"]).discrete_gaussian(
+                answers.votes.shape, privacy["sigma"])):
+            recovered = (answers.votes - guess).round()
+            assert not (recovered == counts).all(1).any()  # not one answer's counts come back
+    first, second = (answers for _, answers in runs)
+    assert torch.equal(first.indices, second.indices)  # the seed chooses which images are asked...
+    assert not torch.equal(first.votes, second.votes)  # ...never the noise: identical runs release different answers
+
+
+def test_with_reproducible_noise_the_attack_succeeds_and_the_report_says_so(digits_ensemble: Path, tmp_path: Path):
+    """The audit has power: a release whose noise follows from its seed gives back every exact vote count."""
+    report, answers = _release(digits_ensemble, tmp_path, reproducible_noise=True)
+    privacy = report["privacy"]
+    assert privacy["covered"] == "NO guarantee: the noise is reproducible" and privacy["formal_guarantee"] is False
+    assert "NO guarantee" in privacy["noise"]
+    noise = ReproducibleNoise(report["seed"]).discrete_gaussian(answers.votes.shape, privacy["sigma"])
+    assert torch.equal(answers.votes - noise, _true_counts(digits_ensemble, answers))
+
+
+def test_the_released_vote_noise_is_integer_and_a_discrete_gaussian_of_the_planned_sigma(digits_ensemble: Path):
+    ensemble, _ = load_teacher(digits_ensemble)
+    config = PateConfig(epsilon=1, queries=200, public_size=200)
+    plan = plan_privacy(config.privacy_request(len(ensemble), 10), 10, config.queries, 1)
+    answers = release_answers(ensemble, load_dataset("digits").x_test[:200], plan, config, 10)
+    noise = answers.votes - _true_counts(digits_ensemble, answers)
+    assert torch.equal(noise, noise.round()) and plan.query.discrete
+    values = noise.flatten().double().numpy()
+    assert scipy.stats.ttest_1samp(values, 0.0).pvalue > 1e-6
+    assert _variance_p_value(values, plan.sigma) > 1e-6
+    assert _variance_p_value(values, plan.sigma * 1.2) < 1e-6  # the test has power: 20% more noise is told apart
+
+
+def _variance_p_value(values: np.ndarray, sigma: float) -> float:
+    """Two-sided test of variance sigma^2 for zero-mean noise: sum(x^2) / sigma^2 ~ chi2(n) (at sigma >= 1 the
+    discrete Gaussian's variance is sigma^2 to a relative 4 pi^2 sigma^2 e^(-4 pi^2 sigma^2); Canonne et al.)."""
+    statistic = np.sum(values**2) / sigma**2
+    return 2 * min(scipy.stats.chi2.cdf(statistic, len(values)), scipy.stats.chi2.sf(statistic, len(values)))

@@ -70,9 +70,11 @@ def test_an_ensembles_labels_are_noisy_votes_with_sensitivity_sqrt2():
     assert request.votes and request.sensitivity == pytest.approx(2**0.5)
     plan = plan_privacy(request, 10, 256, 200)
     assert plan.sigma == pytest.approx(plan.query.noise_multiplier * 2**0.5)
-    # one example moves two counts by one: the same noise multiplier as bounded gradients of sensitivity 2 beta
+    # one example moves two counts by one: the noise multiplier of bounded gradients of sensitivity 2 beta, or a
+    # hair above it, because the noise on integer counts is a discrete Gaussian, accounted as such
     data = plan_privacy(PrivacyRequest("data", epsilon=1.0), 10, 256, 200)
-    assert plan.query.noise_multiplier == pytest.approx(data.query.noise_multiplier)
+    assert plan.query.discrete
+    assert data.query.noise_multiplier <= plan.query.noise_multiplier <= data.query.noise_multiplier * 1.002
     summary = plan.summary(plan.planned_queries)
     assert summary["teachers"] == 50 and summary["epsilon"] <= 1.0 and summary["paper_epsilon"] is None
     fixed = plan_privacy(PrivacyRequest("label", epsilon=10.0, teachers=50, sigma=40.0), 10, 100, 10)

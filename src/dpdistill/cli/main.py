@@ -23,7 +23,8 @@ data_app = typer.Typer(no_args_is_help=True, help="Data sets: what is available 
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
 # Options several commands share, declared once
-SEED = typer.Option(0, help="seeds the model, the sampling and the noise (reproducible runs)")
+SEED = typer.Option(0, help="seeds what is not private (initialisation, order); the privacy noise is secret")
+REPRODUCIBLE_NOISE = typer.Option(False, help="noise from --seed: debugging only, NO privacy guarantee")
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 
@@ -185,7 +186,8 @@ def transcribe_command(
     class_balanced: Optional[bool] = typer.Option(None, help="weight the student's loss by inverse class frequency"),
     discriminator: Optional[str] = typer.Option(None, help="student (DPSD, covered) or teacher (DPSD-T: NO guarantee)"),
     dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teacher's)"),
-    seed: Optional[int] = typer.Option(None),
+    seed: Optional[int] = typer.Option(None, help="seeds initialisation and latent vectors, never the noise"),
+    reproducible_noise: bool = REPRODUCIBLE_NOISE,
     device: Optional[str] = typer.Option(None, help="cpu or cuda"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
@@ -200,7 +202,7 @@ def transcribe_command(
          "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
          "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
          "class_balanced": class_balanced, "discriminator": discriminator, "gradient_operation": gradient_op,
-         **parse_assignments(set_)},
+         "reproducible_noise": reproducible_noise or None, **parse_assignments(set_)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )
@@ -403,6 +405,7 @@ def pate_command(
     lr: float = ADAM_LR,
     dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teachers')"),
     seed: int = SEED,
+    reproducible_noise: bool = REPRODUCIBLE_NOISE,
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out from its released answers, with "
                                             "its saved settings (other options are then ignored)"),
@@ -423,7 +426,7 @@ def pate_command(
             student_training=student_training, consistency_steps=consistency_steps,
             consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,
             student_init=None if student_init is None else str(student_init), epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
-            device=device)
+            reproducible_noise=reproducible_noise, device=device)
     total = config.progress_total() if config else 1 + self_training_rounds
     unit = "steps" if config and config.student_training == "consistency" else "rounds"
     bar, update = _progress_bar(total, f"pate student {unit}")

@@ -2,7 +2,8 @@
 
 An annotator receives the teacher's and the student's logits on a batch of synthetic images and returns soft
 targets for the student. Everything the teacher contributes passes through a privacy mechanism, and every
-answer is charged to the ledger before it is computed. Methods share these annotators and differ in settings.
+answer is charged to the ledger before it is computed, and every draw comes from a `NoiseSource` (secret unless
+a debugging run asks otherwise). Methods share these annotators and differ in settings.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from torch import Tensor
 
 from dpdistill.losses.distillation import dkd_loss, kd_loss
 from dpdistill.privacy.accounting import PrivacyLedger
-from dpdistill.privacy.mechanisms import (bounded_output_gradient, gaussian_noise, noisy_votes,
-                                         selective_randomized_response)
+from dpdistill.privacy.mechanisms import bounded_output_gradient, noisy_votes, selective_randomized_response
+from dpdistill.privacy.randomness import NoiseSource
 
 
 class Annotator(Protocol):
@@ -94,7 +95,7 @@ class OutputGradientAnnotator:
     sigma: float
     top_k: int | None
     step: float
-    generator: torch.Generator
+    noise: NoiseSource
     operation: str = "normalize"
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
@@ -103,7 +104,7 @@ class OutputGradientAnnotator:
         self.ledger.charge(samples)
         gradients = self.gradient(members.reshape(-1, classes), student_logits.repeat(count, 1))
         bounded = bounded_output_gradient(gradients, self.beta, self.top_k, self.operation).view(members.shape).sum(0)
-        noisy = bounded + gaussian_noise(bounded.shape, self.sigma * self.beta, self.generator, bounded.device)
+        noisy = bounded + self.noise.normal(bounded.shape, self.sigma * self.beta, bounded.device)
         return F.softmax(student_logits.detach() - self.step * noisy / count, dim=1)
 
 
@@ -114,7 +115,7 @@ class RandomizedResponseAnnotator:
     ledger: PrivacyLedger
     epsilon0: float
     candidates: CandidateSet
-    generator: torch.Generator
+    noise: NoiseSource
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
         if teacher_logits.dim() == 3:
@@ -122,7 +123,7 @@ class RandomizedResponseAnnotator:
                              "NoisyVoteAnnotator")
         self.ledger.charge(len(teacher_logits))
         labels = selective_randomized_response(teacher_logits.argmax(1), self.candidates(student_logits),
-                                               self.epsilon0, self.generator)
+                                               self.epsilon0, self.noise)
         return F.one_hot(labels, teacher_logits.shape[1]).float()
 
 
@@ -139,7 +140,7 @@ class NoisyVoteAnnotator:
     ledger: PrivacyLedger
     sigma: float
     candidates: CandidateSet
-    generator: torch.Generator
+    noise: NoiseSource
     min_margin: float = 0.0
 
     def annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
@@ -147,7 +148,7 @@ class NoisyVoteAnnotator:
         classes = members.shape[-1]
         self.ledger.charge(members.shape[1])
         votes = F.one_hot(members.argmax(-1), classes).sum(0)
-        leaders = noisy_votes(votes, self.candidates(student_logits), self.sigma, self.generator).topk(2, dim=1)
+        leaders = noisy_votes(votes, self.candidates(student_logits), self.sigma, self.noise).topk(2, dim=1)
         confident = leaders.values[:, 0] - leaders.values[:, 1] >= self.min_margin
         return F.one_hot(leaders.indices[:, 0], classes).float() * confident.unsqueeze(1)
 

@@ -65,7 +65,8 @@ class TranscriptionConfig:
     # access, so with a weight above 0 nothing is covered by the guarantee (like DPSD-T)
     eval_every: int = 20
     checkpoint_every: int = 20
-    seed: int = 0
+    seed: int = 0  # initialisation and latent vectors; never the privacy noise, which is secret
+    reproducible_noise: bool = False  # debugging only: noise drawn from the seed, so the run has NO guarantee
     device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:

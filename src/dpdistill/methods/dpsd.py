@@ -6,23 +6,30 @@ mechanism (data- or label-sensitive annotation); the student learns from those n
 and its latent vectors then learn with the (updated) student as discriminator. The private data is never read,
 and with the student as discriminator the generator only ever sees noisy releases, so the released student and
 generator are post-processing of the mechanism's outputs.
+
+The noise is secret (`privacy/randomness.py`): `--seed` fixes only the initialisation and the latent vectors. Every
+answer is journaled before the student sees it, so a resumed run re-uses released answers instead of asking again.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from dpdistill.atomic import write_atomically
 from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
-from dpdistill.errors import ConfigError
+from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import (
@@ -41,12 +48,13 @@ from dpdistill.methods.annotation import (
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.methods.state import load_state, save_state
+from dpdistill.methods.state import STATE_SKELETON, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
+from dpdistill.privacy.randomness import NoiseSource, noise_source
 
 ProgressCallback = Callable[[dict], None]
 
@@ -62,10 +70,16 @@ class TranscriptionResult:
     answered: int
     history: list[dict]
     wall_seconds: float
+    noise: NoiseSource
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def privacy_summary(self) -> dict:
-        return self.plan.summary(self.answered)
+        summary = self.plan.summary(self.answered)
+        if self.plan.query is not None:
+            summary["noise"] = self.noise.description
+            if self.noise.reproducible:
+                summary["formal_guarantee"] = False
+        return summary
 
 
 class DPSDTranscriber:
@@ -111,8 +125,9 @@ class DPSDTranscriber:
             raise ConfigError(f"batchnorm-weight needs a discriminator with BatchNorm layers; the "
                               f"{' and '.join(discriminators)} ({', '.join(type(m).__name__ for m in discriminators.values())}) "
                               f"have none")
-        self.noise_generator = torch.Generator().manual_seed(config.seed + 1)
+        self.noise = noise_source(config.reproducible_noise, config.seed)
         self.ledger = self.plan.ledger()
+        self.journal = AnswerJournal(work_dir / "resume" / "answers") if work_dir and self.ledger is not None else None
         self.annotator = self._make_annotator(self.ledger)
         # Without privacy the targets are the teacher's softmax at `temperature` (Hinton's KD): the student is then
         # compared at the same temperature. Private targets are probabilities at temperature 1.
@@ -128,15 +143,15 @@ class DPSDTranscriber:
         if config.privacy.mode == "data":
             gradient = DistillationGradient(config.distill_loss, config.dkd_alpha, config.dkd_beta, config.temperature)
             return OutputGradientAnnotator(gradient, ledger, config.privacy.beta, plan.sigma, config.top_k,
-                                           config.target_step, self.noise_generator, config.gradient_operation)
+                                           config.target_step, self.noise, config.gradient_operation)
         if config.top_k is None or config.top_k < 2:
             raise ConfigError("label mode needs --top-k of at least 2 (the candidate set size)")
         candidates = CandidateSet(config.top_k, None if config.candidates == "top-k"
                                   else config.candidate_threshold or 1 / (2 * self.num_classes))
         if config.privacy.votes:
-            return NoisyVoteAnnotator(ledger, plan.sigma, candidates, self.noise_generator,
+            return NoisyVoteAnnotator(ledger, plan.sigma, candidates, self.noise,
                                       config.vote_margin * plan.sigma)
-        return RandomizedResponseAnnotator(ledger, plan.epsilon0, candidates, self.noise_generator)
+        return RandomizedResponseAnnotator(ledger, plan.epsilon0, candidates, self.noise)
 
     # --- one iteration -------------------------------------------------------------------------------------
 
@@ -145,6 +160,7 @@ class DPSDTranscriber:
         learns from replayed answers only and the generator from the student alone."""
         config = self.config
         queried = self.iteration % config.query_every == 0
+        journaled = self._journaled() if queried else None
         clock = time.perf_counter()
         self.generator.train()
         if config.latents == "fresh":
@@ -157,7 +173,7 @@ class DPSDTranscriber:
         if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
             teacher_view = self._discriminate(self.teacher, images)
             teacher_logits = teacher_view.logits.detach()
-        elif queried:
+        elif queried and journaled is None:
             teacher_logits = self._teacher_answers(detached)
         clock = _lap(timings, "generate+teacher", clock)
 
@@ -165,7 +181,7 @@ class DPSDTranscriber:
         targets, fresh_loss, answered = None, None, {}
         if queried:
             student_logits = self.student(detached)
-            targets = self.annotator.annotate(teacher_logits, student_logits)
+            targets = journaled if journaled is not None else self._annotate(teacher_logits, student_logits)
             labelled = targets.sum(1) > 0  # the mechanism may decline to label uncertain samples
             answered = {"labelled": labelled.float().mean().item()}
             if labelled.any():
@@ -199,6 +215,24 @@ class DPSDTranscriber:
         _lap(timings, "generator", clock)
         return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(), **answered,
                 **{f"g_{name}": value.item() for name, value in generator_terms.items()}}
+
+    def _annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+        """The mechanism's answer, journaled before the student sees it."""
+        targets = self.annotator.annotate(teacher_logits, student_logits)
+        if self.journal is not None:
+            self.journal.write(self.iteration, targets, self.noise.state())
+        return targets
+
+    def _journaled(self) -> Tensor | None:
+        """This iteration's answer if an interrupted run released it already: re-using it is post-processing,
+        asking again would draw new noise for the same query."""
+        if self.journal is None:
+            return None
+        targets = self.journal.targets(self.iteration)
+        if targets is not None and targets.shape != (self.config.batch_size, self.num_classes):
+            raise CheckpointError(f"the journaled answers of iteration {self.iteration} have shape "
+                                  f"{tuple(targets.shape)}, the run asks {self.config.batch_size} x {self.num_classes}")
+        return None if targets is None else targets.to(self.device)
 
     def _replay_loss(self, images: Tensor, targets: Tensor | None) -> Tensor:
         """The loss of an extra student step: on replayed samples (or the fresh batch again), augmented if asked.
@@ -301,6 +335,9 @@ class DPSDTranscriber:
     def run(self, resume: bool = False) -> TranscriptionResult:
         if resume:
             self._restore()
+        elif self.journal is not None and self.journal.iterations():
+            raise ConfigError(f"{self.journal.directory} holds the answers of an interrupted run: resume it (asking "
+                              f"again would spend the budget twice)")
         timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
         self.pretrain_generator(timings)
@@ -319,7 +356,7 @@ class DPSDTranscriber:
                 self._checkpoint()
         wall = time.perf_counter() - started
         return TranscriptionResult(self.student.eval(), self.generator.eval(), self.latents.detach(), self.plan,
-                                   self._answered(), self.history, wall, dict(timings))
+                                   self._answered(), self.history, wall, self.noise, dict(timings))
 
     def evaluate(self) -> float | None:
         if self.test_set is None:
@@ -337,20 +374,25 @@ class DPSDTranscriber:
         save_state(self.work_dir / "resume", {
             "iteration": self.iteration,
             "pretrained": self.pretrained,
-            "answered": self._answered(),
             "student": self.student.state_dict(),
             "generator": self.generator.state_dict(),
             "latents": self.latents,
             "student_optimizer": self.student_optimizer.state_dict(),
             "generator_optimizer": self.generator_optimizer.state_dict(),
-            "noise_rng": self.noise_generator.get_state(),
             "replay": self.replay.state() if self.replay is not None else {},
             "torch_rng": torch.get_rng_state(),
             "history": self.history,
         })
 
     def _restore(self) -> None:
-        """Continue from the last checkpoint: same weights, optimizers, random streams and spent budget."""
+        """Continue from the last checkpoint (same weights, optimizers and random streams), or from the start when
+        the run stopped before its first checkpoint but after answers were journaled. The ledger counts every
+        journaled answer, and a reproducible noise source continues after the last of them."""
+        if self.journal is not None and self.journal.iterations():
+            self.ledger.answered = self.journal.answered()
+            self.noise.restore(self.journal.noise_state(self.journal.iterations()[-1]))
+            if not (self.work_dir / "resume" / STATE_SKELETON).exists():
+                return
         state = load_state(self.work_dir / "resume")
         self.student.load_state_dict(state["student"])
         self.generator.load_state_dict(state["generator"])
@@ -358,15 +400,66 @@ class DPSDTranscriber:
             self.latents.copy_(state["latents"])
         self.student_optimizer.load_state_dict(state["student_optimizer"])
         self.generator_optimizer.load_state_dict(state["generator_optimizer"])
-        self.noise_generator.set_state(state["noise_rng"])
         if self.replay is not None:
             self.replay.restore(state["replay"])
         torch.set_rng_state(state["torch_rng"])
         self.iteration = state["iteration"]
         self.pretrained = state["pretrained"]
         self.history = state["history"]
-        if self.ledger is not None:
-            self.ledger.answered = state["answered"]
+
+
+class AnswerJournal:
+    """Write-ahead journal of a run's released answers: one small safetensors file per query iteration (the
+    targets, a row of zeros where the mechanism declined to label), written atomically in the run's private state
+    directory before the student sees them, removed with that directory when the run finishes, never published.
+
+    A resumed run serves every journaled answer from here instead of asking the teacher again, and restores its
+    ledger from here rather than from the checkpoint, so every answer ever released stays charged. An answer lost
+    to a crash before it was journaled influenced nothing that was kept, so it was never released. Only a
+    reproducible (debugging) noise source leaves its state with each answer; a secure one has none.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, iteration: int) -> Path:
+        return self.directory / f"{iteration:07d}.safetensors"
+
+    def write(self, iteration: int, targets: Tensor, noise_state: dict | None) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tensors = {"targets": targets.detach().cpu().contiguous()}
+        metadata = {} if noise_state is None else {"noise": json.dumps(noise_state)}
+        write_atomically({self._path(iteration): lambda path: save_file(tensors, path, metadata)})
+
+    def iterations(self) -> list[int]:
+        """The journaled query iterations, in order."""
+        return sorted(int(path.stem) for path in self.directory.glob("*.safetensors"))
+
+    def answered(self) -> int:
+        """How many answers were ever released: the rows of every journaled iteration."""
+        return sum(len(self.targets(iteration)) for iteration in self.iterations())
+
+    def targets(self, iteration: int) -> Tensor | None:
+        return self._read(iteration, lambda file: file.get_tensor("targets"))
+
+    def noise_state(self, iteration: int) -> dict | None:
+        """The reproducible noise source's state after this iteration's answer (None: secure noise)."""
+        def read(file: Any) -> dict | None:
+            noise = (file.metadata() or {}).get("noise")
+            return None if noise is None else json.loads(noise)
+
+        return self._read(iteration, read)
+
+    def _read(self, iteration: int, read: Callable[[Any], Any]) -> Any:
+        path = self._path(iteration)
+        if not path.exists():
+            return None
+        try:
+            with safe_open(path, framework="pt") as file:
+                return read(file)
+        except (SafetensorError, OSError, json.JSONDecodeError) as error:
+            raise CheckpointError(f"the journaled answers in {path} are damaged ({error}); they cannot be asked "
+                                  f"for again without spending the budget twice: start a new run elsewhere") from error
 
 
 @dataclass

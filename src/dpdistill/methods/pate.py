@@ -3,10 +3,11 @@
 The baseline a privacy researcher compares data-free transcription to (Papernot et al. 2017, 2018): instead of a
 generator, the student's inputs are public images that no member was trained on, for example half of the test
 split (the other half then measures accuracy) or another data set of the same shape. Each of `queries` images
-gets the noisy plurality of the members' votes over all classes; one private example changes one member's vote,
-so each answer is a Gaussian mechanism of L2 sensitivity sqrt(2), composed over the answers by dp-accounting. The
-whole noisy vote histogram is that mechanism's output, so the student may learn from more than its winner: the
-probability that each class holds the most votes given the noisy counts (soft targets), at no further cost.
+gets the noisy plurality of the members' votes over all classes: the integer counts plus exact discrete Gaussian
+noise drawn from secret randomness (never from `--seed`). One private example changes one member's vote, moving two
+counts by one, and the answers compose (`DiscreteGaussianQuery`, by dp-accounting). The whole noisy vote histogram
+is that mechanism's output, so the student may learn from more than its winner: the probability that each class
+holds the most votes given the noisy counts (soft targets), at no further cost.
 The student learns from the answered images (supervised, or with consistency training on the whole public pool),
 then (self-training) from the public images it labels confidently itself. Everything it learns from is public or
 a noisy release, so the student is covered by the guarantee, provided the public images hold no private example.
@@ -38,6 +39,7 @@ from dpdistill.evaluation.metrics import probabilities
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
+from dpdistill.privacy.randomness import noise_source
 from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier
 
@@ -79,7 +81,8 @@ class PateConfig:
     augment_shift: int = 2
     batch_size: int = 128
     lr: float = 1e-3
-    seed: int = 0
+    seed: int = 0  # initialisation and which public images are asked; never the vote noise, which is secret
+    reproducible_noise: bool = False  # debugging only: vote noise drawn from the seed, so NO guarantee
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -232,21 +235,23 @@ def _kmeans_plus_plus(points: Tensor, clusters: int, generator: torch.Generator)
 
 def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
                     num_classes: int) -> Answers:
-    """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes."""
+    """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes, with
+    noise from secret randomness (or, debugging only, from the seed)."""
     ledger = plan.ledger()
     indices = choose_queries(pool, config)
     ledger.charge(len(indices))
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
     everything = torch.ones_like(votes, dtype=torch.bool)
-    noisy = noisy_votes(votes, everything, plan.sigma, torch.Generator().manual_seed(config.seed + 1))
-    leaders = noisy.topk(2, dim=1)
-    confident = leaders.values[:, 0] - leaders.values[:, 1] >= config.vote_margin * plan.sigma
-    return Answers(indices, noisy, leaders.indices[:, 0], confident)
+    noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed))
+    leaders = noisy.topk(2, dim=1).values
+    confident = leaders[:, 0] - leaders[:, 1] >= config.vote_margin * plan.sigma
+    return Answers(indices, noisy, noisy.argmax(1), confident)  # argmax: integer counts tie, topk's order is arbitrary
 
 
 def plurality_posterior(noisy: Tensor, sigma: float, points: int = 801) -> Tensor:
     """(n, classes): the probability that each class holds the most votes, given noisy counts `noisy` (n, classes)
-    that are the true counts plus N(0, sigma^2) each, under a flat prior on the true counts.
+    that are the true counts plus noise of std sigma each, under a flat prior on the true counts. The release's
+    discrete Gaussian is taken as the continuous N(0, sigma^2) it closely follows: post-processing either way.
 
     Soft targets from an answer: certain where the noisy winner leads by several sigmas, shared with the runner-up
     where the noise could have decided it (the members' second choice, often the class most like the first).
@@ -342,14 +347,17 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
     summary = {key: value for key, value in plan.summary(config.queries).items()
                if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
     privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
-               "aggregation": "the members' vote counts over all classes plus Gaussian noise (GNMax: the noisy "
-                              "histogram is released, its winner is the label), data-independent accounting",
+               "aggregation": "the members' vote counts over all classes plus discrete Gaussian noise (GNMax: the "
+                              "noisy histogram is released, its winner is the label), data-independent accounting",
                "unit": "one private training example (it changes one member's vote)",
                "covered": "the student: it learns only from public images and the noisy answers (post-processing), "
                           "provided the public images hold no private example",
                "vote_margin": config.vote_margin,
                "answer_targets": config.answer_targets,
-               "kept_answers": int(answers.confident.sum())}
+               "kept_answers": int(answers.confident.sum()),
+               "noise": noise_source(config.reproducible_noise).description}
+    if config.reproducible_noise:
+        privacy.update(formal_guarantee=False, covered="NO guarantee: the noise is reproducible")
     figures = {"privacy": privacy, "public": split.description, "history": history,
                "answer_accuracy": answer_accuracy(answers, split.pool_labels),
                "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds}}

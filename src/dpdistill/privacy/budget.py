@@ -15,10 +15,12 @@ from typing import Literal
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
 from dpdistill.privacy.accounting import (
     ACCOUNTANT_NAME,
+    DiscreteGaussianQuery,
     GaussianQuery,
     PrivacyLedger,
     QuerySpec,
     RandomizedResponseQuery,
+    calibrate_discrete_gaussian,
     calibrate_gaussian,
     calibrate_randomized_response,
     composed_epsilon,
@@ -47,7 +49,8 @@ class PrivacyRequest:
     epsilon: float | None
     delta: float = 1e-5
     accounting: Accounting = "sound"
-    sigma: float | None = None  # data mode: noise std is sigma * beta; None = calibrate to the budget
+    sigma: float | None = None  # data mode: noise std is sigma * beta; votes: the discrete Gaussian's sigma on
+    # each count; None = calibrate to the budget
     beta: float = 1e-3  # data mode: bound on each answer's L2 norm
     epsilon0: float | None = None  # label mode: per-query randomized-response epsilon; None = calibrate
     num_candidates: int = 3  # label mode: k, the size of the candidate set
@@ -56,7 +59,8 @@ class PrivacyRequest:
 
     @property
     def votes(self) -> bool:
-        """Label mode over an ensemble: Gaussian noise on vote counts (GNMax) instead of randomized response."""
+        """Label mode over an ensemble: discrete Gaussian noise on vote counts (GNMax) instead of randomized
+        response."""
         return self.mode == "label" and self.teachers > 1
 
     @property
@@ -111,6 +115,8 @@ class PrivacyPlan:
     def sigma(self) -> float | None:
         if isinstance(self.query, GaussianQuery):
             return self.query.noise_multiplier * self.request.sensitivity
+        if isinstance(self.query, DiscreteGaussianQuery):
+            return self.query.sigma
         return None
 
     @property
@@ -164,7 +170,8 @@ class PrivacyPlan:
             summary.update(sigma=self.sigma, beta=request.beta, noise_std=self.sigma * request.beta,
                            noise_multiplier=self.query.noise_multiplier)
         elif request.votes:
-            summary.update(aggregation="noisy plurality of the members' votes among the student's top-k (GNMax)",
+            summary.update(aggregation="noisy plurality of the members' votes among the student's top-k (GNMax, "
+                                       "exact discrete Gaussian noise on the integer counts)",
                            sigma=self.sigma, noise_std=self.sigma, noise_multiplier=self.query.noise_multiplier,
                            num_candidates=request.num_candidates)
         else:
@@ -183,7 +190,7 @@ def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, ite
     if request.accounting == "paper":
         cap = _paper_max_queries(request, query, num_classes, batch_size, planned)
     else:
-        cap = max_queries(query, request.epsilon, request.delta, upper=max(planned, 1) * 4)
+        cap = max_queries(query, request.epsilon, request.delta, upper=max(planned, 1) * 4, guess=planned)
     if cap < planned:
         spent = composed_epsilon(query, planned, request.delta)
         raise BudgetExceededError(
@@ -197,7 +204,11 @@ def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, ite
 
 def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> QuerySpec:
     planned = batch_size * iterations
-    if request.mode == "data" or request.votes:
+    if request.votes:
+        if request.sigma is not None:
+            return DiscreteGaussianQuery(request.sigma)
+        return calibrate_discrete_gaussian(planned, request.epsilon, request.delta)
+    if request.mode == "data":
         if request.sigma is not None:
             return GaussianQuery(request.sigma / request.sensitivity)
         if request.accounting == "paper":

@@ -1,8 +1,9 @@
 """Privacy mechanisms applied to teacher answers.
 
-Each mechanism is a pure function of the private answer and a torch.Generator, so the noise is reproducible
-from a seed and a run can be resumed with the same random stream. Accounting lives in `accounting.py`: a
-mechanism here only describes itself through a `QuerySpec` that the accountant understands.
+Every random draw of a mechanism comes from a `NoiseSource` (`randomness.py`): secret bits from the operating
+system unless a debugging run asks for reproducible ones, never from `--seed`, so no one can regenerate the
+noise and subtract it. Accounting lives in `accounting.py`: a mechanism here only describes itself through a
+`QuerySpec` that the accountant understands.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.errors import PrivacyParameterError
+from dpdistill.privacy.randomness import NoiseSource
 
 
 def top_k_mask(values: Tensor, k: int) -> Tensor:
@@ -55,12 +57,6 @@ def bounded_output_gradient(
     raise PrivacyParameterError(f"unknown gradient operation {operation!r}: choose normalize or clip")
 
 
-def gaussian_noise(shape: torch.Size | tuple[int, ...], std: float, generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
-    """Isotropic Gaussian noise drawn on the CPU stream (reproducible on any device), then moved."""
-    noise = torch.randn(shape, generator=generator) * std
-    return noise.to(device)
-
-
 def randomized_response_probabilities(epsilon0: float, num_candidates: int | Tensor) -> tuple[float | Tensor, float | Tensor]:
     """(probability of the true answer, probability of each other candidate) of k-ary randomized response,
     e^eps0 / (e^eps0 + k - 1) and 1 / (e^eps0 + k - 1), for one k or a tensor of them. Computed with e^-eps0,
@@ -74,9 +70,7 @@ def randomized_response_probabilities(epsilon0: float, num_candidates: int | Ten
     return 1 / denominator, other / denominator
 
 
-def selective_randomized_response(
-    true_labels: Tensor, candidates: Tensor, epsilon0: float, generator: torch.Generator
-) -> Tensor:
+def selective_randomized_response(true_labels: Tensor, candidates: Tensor, epsilon0: float, noise: NoiseSource) -> Tensor:
     """Randomized response restricted to a per-sample candidate set (DPSD Eq. 5, DP-DFD's SRR).
 
     `candidates` is an (n, classes) boolean mask chosen from public information (the student's prediction), with
@@ -95,17 +89,21 @@ def selective_randomized_response(
     hit = is_true.any(dim=1, keepdim=True)
     weights = torch.where(is_true, p_true, p_other) * candidates
     weights = torch.where(hit, weights, candidates / counts)
-    return torch.multinomial(weights.cpu(), 1, generator=generator).squeeze(1).to(candidates.device)
+    return noise.categorical(weights)
 
 
-def noisy_votes(votes: Tensor, candidates: Tensor, sigma: float, generator: torch.Generator) -> Tensor:
-    """PATE's GNMax release restricted to a candidate set: vote counts + N(0, sigma^2), non-candidates at -inf.
+def noisy_votes(votes: Tensor, candidates: Tensor, sigma: float, noise: NoiseSource) -> Tensor:
+    """PATE's GNMax release restricted to a candidate set: vote counts + exact discrete Gaussian noise N_Z(0, sigma^2),
+    as float with non-candidates at -inf.
 
-    `votes` is (n, classes) counts of an ensemble's members; `candidates` an (n, classes) boolean mask from public
-    information. One private example changes one member's vote, moving two counts by one: L2 sensitivity sqrt(2).
+    `votes` is (n, classes) integer counts of an ensemble's members; `candidates` an (n, classes) boolean mask from
+    public information. One private example changes one member's vote, moving two counts by one (accounted by
+    `DiscreteGaussianQuery`). Integer noise on integer counts leaves no floating-point trace of the true counts.
     The label is the argmax; anything else read from the noisy counts (how far ahead it is) is post-processing.
     """
     if not sigma > 0:
         raise PrivacyParameterError(f"the vote noise sigma must be positive, got {sigma}")
-    noisy = votes.float() + gaussian_noise(votes.shape, sigma, generator, votes.device)
-    return noisy.masked_fill(~candidates, -math.inf)
+    if votes.is_floating_point() and not torch.equal(votes, votes.round()):
+        raise PrivacyParameterError("vote counts must be integers: the discrete Gaussian protects integer answers")
+    noisy = votes.long() + noise.discrete_gaussian(votes.shape, sigma).to(votes.device)
+    return noisy.float().masked_fill(~candidates, -math.inf)
