@@ -112,7 +112,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
             model, _ = load_classifier(member_directory(out_dir, index))
             record = json.loads(record_path.read_text())
         else:
-            subset = dataclasses.replace(dataset, x_train=dataset.x_train[part], y_train=dataset.y_train[part])
+            subset = dataset.train_subset(part)
             model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
                                                evaluate_each_epoch=False)
             save_model(member_directory(out_dir, index), model, meta)
