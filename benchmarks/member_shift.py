@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 
 from dpdistill.data import load_dataset
-from dpdistill.data.partition import partition_indices
+from dpdistill.data.partition import new_partition_key, partition_indices
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 
 def main() -> None:
     dataset = load_dataset("fmnist")
     for members in (250, 100):
-        parts = partition_indices(dataset.y_train, members, None, 0)
+        parts = partition_indices(dataset.ids_train, members, new_partition_key())
         for shift, steps in ((0, 300), (2, 300), (2, 800)):
             started, accuracies = time.perf_counter(), []
             for index in range(2):
