@@ -34,7 +34,7 @@ from dpdistill.data.partition import partition_indices
 from dpdistill.data.public import public_split
 from dpdistill.evaluation.metrics import features
 from dpdistill.methods.pate import Answers, PateConfig, plurality_posterior, release_answers
-from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts
+from dpdistill.models.ensemble import HeadEnsemble, load_teacher, plurality_counts, read_partition_key
 from dpdistill.privacy.budget import plan_privacy
 from head_members import answer_sigma, answers_right, parameter_average  # the same measurements
 
@@ -136,10 +136,10 @@ def lda_heads(train: Tensor, labels: Tensor, parts: list[Tensor], public: Tensor
     return torch.stack(weights), torch.stack(biases), mean
 
 
-def other_aggregations(heads: HeadEnsemble, split, public: Tensor, measured: Tensor) -> None:
+def other_aggregations(heads: HeadEnsemble, key: bytes, split, public: Tensor, measured: Tensor) -> None:
     dataset = load_dataset("fmnist")
     train = features(heads.encoder, dataset.x_train)
-    parts = partition_indices(dataset.y_train, len(heads), None, 0)  # the heads' own partitions
+    parts = partition_indices(dataset.ids_train, len(heads), key)  # the heads' own partitions
     sigma = answer_sigma(1.0, ANSWERS)
 
     def compare(name: str, logits_of) -> None:
@@ -169,7 +169,7 @@ def main(heads_dir: Path) -> None:
     public, measured = features(heads.encoder, split.pool), features(heads.encoder, split.x_eval)
     answer_targets(heads, split, public, measured)
     answer_counts(heads, split, public, measured)
-    other_aggregations(heads, split, public, measured)
+    other_aggregations(heads, read_partition_key(heads_dir), split, public, measured)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.data import load_dataset
-from dpdistill.data.partition import partition_indices
+from dpdistill.data.partition import new_partition_key, partition_indices
 from dpdistill.evaluation.metrics import features
 from dpdistill.methods.pate import PateConfig
 from dpdistill.models.ensemble import HeadEnsemble, plurality_counts
@@ -89,7 +89,7 @@ def main(encoder_dir: Path) -> None:
     config = TeacherConfig(lr=0.01, weight_decay=0.01, min_steps=300, init=str(encoder_dir), heads_only=True)
     for members in (1, 50, 100, 250, 500, 1000, 2000):
         started = time.perf_counter()
-        parts = partition_indices(dataset.y_train, members, None, 0)
+        parts = partition_indices(dataset.ids_train, members, new_partition_key())
         weight, bias, _ = train_heads(train_features, dataset.y_train, parts, dataset.num_classes, config)
         heads = HeadEnsemble(encoder, weight, bias)
         with torch.no_grad():

@@ -8,23 +8,21 @@ seconds per member: no shift vs shifts of up to 2 pixels, at 300 and 800 optimiz
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from dpdistill.data import load_dataset
-from dpdistill.data.partition import partition_indices
+from dpdistill.data.partition import new_partition_key, partition_indices
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 
 def main() -> None:
     dataset = load_dataset("fmnist")
     for members in (250, 100):
-        parts = partition_indices(dataset.y_train, members, None, 0)
+        parts = partition_indices(dataset.ids_train, members, new_partition_key())
         for shift, steps in ((0, 300), (2, 300), (2, 800)):
             started, accuracies = time.perf_counter(), []
             for index in range(2):
-                subset = dataclasses.replace(dataset, x_train=dataset.x_train[parts[index]],
-                                             y_train=dataset.y_train[parts[index]])
+                subset = dataset.train_subset(parts[index])
                 config = TeacherConfig(min_steps=steps, augment_shift=shift, seed=index)
                 accuracies.append(train_classifier(subset, config, evaluate_each_epoch=False)[1]["test_accuracy"])
             print(f"M={members} shift={shift} steps={steps}: members "

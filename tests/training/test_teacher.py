@@ -2,7 +2,6 @@
 encoder is the starting point only when it fits; heads on frozen features each learn from their own partition
 alone."""
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from dpdistill.training.teacher import TeacherConfig, fresh_classifier, train_cl
 @pytest.mark.parametrize("shift, expected_calls", [(0, 0), (2, 3)])
 def test_augmentation_shifts_each_batch_when_asked(monkeypatch, shift, expected_calls):
     digits = load_dataset("digits")
-    small = dataclasses.replace(digits, x_train=digits.x_train[:96], y_train=digits.y_train[:96])
+    small = digits.train_subset(slice(96))
     calls = []
 
     def counting(images, max_shift, flip):
@@ -32,7 +31,7 @@ def test_augmentation_shifts_each_batch_when_asked(monkeypatch, shift, expected_
 
 def test_soft_targets_replace_the_labels_and_must_fit_the_training_split():
     digits = load_dataset("digits")
-    small = dataclasses.replace(digits, x_train=digits.x_train[:300], y_train=digits.y_train[:300])
+    small = digits.train_subset(slice(300))
     config = TeacherConfig(epochs=1, batch_size=32, min_steps=200, augment_shift=0)
     shifted = torch.nn.functional.one_hot((small.y_train + 1) % 10, 10).float()  # every label moved by one class
     model, _ = train_classifier(small, config, evaluate_each_epoch=False, targets=shifted)

