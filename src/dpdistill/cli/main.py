@@ -122,8 +122,8 @@ def train_teacher_command(
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
                                             "settings, after its last finished member"),
-    budget: Optional[float] = typer.Option(None, help="total epsilon every release from this teacher may spend "
-                                                      "together (see `dpdistill budget`; default: no limit)"),
+    budget: Optional[float] = typer.Option(None, help="total epsilon all releases from this teacher may spend "
+                                                      "(default: no limit)"),
     budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
 ) -> None:
     """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
@@ -258,7 +258,7 @@ def budget_command(
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
                                                      "total's, else 1e-5]"),
 ) -> None:
-    """Show the privacy budget every release from a teacher spends together; --set its total."""
+    """Show what all releases from a teacher spent together; --set its total budget."""
     from dpdistill.errors import ConfigError
     from dpdistill.models.ensemble import is_ensemble
     from dpdistill.privacy.ledger import ReleaseLedger

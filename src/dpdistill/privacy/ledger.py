@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import attr
 import dp_accounting
 from dp_accounting import gaussian_mechanism
 
@@ -35,19 +34,24 @@ LOCK_FILE = ".ledger.lock"
 LEDGER_FORMAT = 1
 DEFAULT_DELTA = 1e-5  # of a total set without one, and of the spent epsilon of a ledger without total or runs
 RESERVED, SPENT = "reserved", "spent"
-EVENT_CLASSES = {cls.__name__: cls for cls in (
-    dp_accounting.GaussianDpEvent, dp_accounting.RandomizedResponseDpEvent, dp_accounting.SelfComposedDpEvent,
-    dp_accounting.ComposedDpEvent, dp_accounting.PoissonSampledDpEvent, dp_accounting.NonPrivateDpEvent,
-    dp_accounting.NoOpDpEvent)}
+EVENT_FIELDS: dict[type, tuple[str, ...]] = {  # the dp-accounting events dpdistill records, and their fields
+    dp_accounting.GaussianDpEvent: ("noise_multiplier",),
+    dp_accounting.RandomizedResponseDpEvent: ("noise_parameter", "num_buckets"),
+    dp_accounting.SelfComposedDpEvent: ("event", "count"),
+    dp_accounting.ComposedDpEvent: ("events",),
+    dp_accounting.PoissonSampledDpEvent: ("sampling_probability", "event"),
+    dp_accounting.NonPrivateDpEvent: (),
+    dp_accounting.NoOpDpEvent: (),
+}
+EVENT_CLASSES = {cls.__name__: cls for cls in EVENT_FIELDS}
 
 
 def event_to_json(event: dp_accounting.DpEvent) -> dict[str, Any]:
     """{"type": class name, field: value...}, nested events likewise; only the event classes dpdistill records."""
-    name = type(event).__name__
-    if EVENT_CLASSES.get(name) is not type(event):
-        raise PrivacyParameterError(f"a release ledger cannot record a {name}; it records "
+    if type(event) not in EVENT_FIELDS:
+        raise PrivacyParameterError(f"a release ledger cannot record a {type(event).__name__}; it records "
                                     f"{', '.join(EVENT_CLASSES)}")
-    return {"type": name, **{field.name: _encode(getattr(event, field.name)) for field in attr.fields(type(event))}}
+    return {"type": type(event).__name__, **{name: _encode(getattr(event, name)) for name in EVENT_FIELDS[type(event)]}}
 
 
 def _encode(value: Any) -> Any:
