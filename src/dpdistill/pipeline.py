@@ -29,6 +29,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
                                        load_teacher, member_directory, plurality_counts, read_partition_key,
                                        save_head_ensemble, write_ensemble_description, write_partition_key)
+from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
                                         write_transcription_report)
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
@@ -252,14 +253,25 @@ def release_state(out_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def _exclusive(out_dir: Path):
-    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints."""
+    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints. A run that fails
+    before writing anything (a refused budget) leaves behind none of the directories it created."""
+    created = [directory for directory in (out_dir, *out_dir.parents) if not directory.exists()]  # deepest first
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as lock:
+    lock_path = out_dir / ".lock"
+    with open(lock_path, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ConfigError(f"another dpdistill run is writing to {out_dir}; wait for it or choose another --out") from None
-        yield
+        try:
+            yield
+        except BaseException:
+            if created and [path.name for path in out_dir.iterdir()] == [lock_path.name]:
+                lock_path.unlink()
+                for directory in created:
+                    with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                        directory.rmdir()
+            raise
 
 
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
@@ -287,9 +299,12 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
     dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None
     # DPSD, DPDFD and SRR share one loop; their differences are configuration (methods/config.py METHOD_DEFAULTS)
     transcriber = DPSDTranscriber(config, teacher, in_shape, num_classes, dataset, out_dir / PRIVATE_DIR, progress)
+    ledger = ReleaseLedger(teacher_dir)
+    ledger.reserve(out_dir, config.method, Release.of_plan(transcriber.plan, transcriber.plan.planned_queries), resume)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(config_path, config.to_dict())
     result = transcriber.run(resume=resume)
+    spent = ledger.settle(out_dir, config.method, Release.of_plan(result.plan, result.answered))
 
     student_meta = _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name)
     generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
@@ -304,6 +319,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
     privacy = result.privacy_summary()
     privacy["covered"] = coverage(config)
     declare_partition(privacy, meta.get("ensemble"))
+    privacy["ledger"] = ledger.standing(spent)
     queries = max(result.answered, 1)
     report = {
         "method": config.method,
@@ -445,8 +461,13 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
     if not dataset_name:
         raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
     evaluation = _evaluation_set(dataset_name, in_shape, num_classes)
+    plan = config.privacy_plan(len(ensemble), num_classes)
+    ledger = ReleaseLedger(teacher_dir)
+    release = Release.of_plan(plan, config.queries)  # every query is answered
+    ledger.reserve(out_dir, "pate", release, resume)
     write_json(config_path, {"teacher": str(teacher_dir), "pate": config.to_dict()})
     student, figures = run_pate(ensemble, evaluation, config, state, resume, progress)
+    figures["privacy"]["ledger"] = ledger.standing(ledger.settle(out_dir, "pate", release))
 
     save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),
                name="student")

@@ -123,10 +123,16 @@ def train_teacher_command(
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted ensemble training in --out with its saved "
                                             "settings, after its last finished member"),
+    budget: Optional[float] = typer.Option(None, help="total epsilon all releases from this teacher may spend "
+                                                      "(default: no limit)"),
+    budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
 ) -> None:
     """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
     from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
+    from dpdistill.privacy.ledger import Budget, ReleaseLedger
     from dpdistill.training.teacher import TeacherConfig
+
+    total = None if budget is None else Budget(budget, budget_delta)  # checked before hours of training
 
     config = TeacherConfig(arch=arch, epochs=epochs, batch_size=batch_size, lr=lr, min_steps=min_steps,
                            augment_shift=augment_shift, init=None if init is None else str(init),
@@ -144,11 +150,14 @@ def train_teacher_command(
         console.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
                       f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
                       f"{100 * accuracy['member_max']:.1f}%) -> {out}")
-        return
-    bar, update = _progress_bar(epochs, f"teacher on {dataset}")
-    with bar:
-        report = train_teacher(dataset, out, config, update)
-    console.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+    else:
+        bar, update = _progress_bar(epochs, f"teacher on {dataset}")
+        with bar:
+            report = train_teacher(dataset, out, config, update)
+        console.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+    if total is not None:
+        ReleaseLedger(out).set_total(total.epsilon, total.delta)
+        console.print(f"privacy budget of its releases: epsilon {total.epsilon:g} at delta {total.delta:g}")
 
 
 @app.command("transcribe")
@@ -229,9 +238,49 @@ def print_summary(report: dict, out: Path) -> None:
         if privacy.get("teachers", 1) > 1:
             table.add_row("teachers (ensemble)", str(privacy["teachers"]))
         table.add_row("teacher queries", str(privacy["queries"]))
+    _add_ledger_row(table, privacy["ledger"])
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     Console().print(table)
+
+
+def _add_ledger_row(table: Table, ledger: dict) -> None:
+    """What every release from the teacher has spent together, this run's included."""
+    total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
+    table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
+
+
+@app.command("budget")
+@clear_errors
+def budget_command(
+    teacher: Path = typer.Argument(..., help="a teacher's or teacher ensemble's directory"),
+    set_: Optional[float] = typer.Option(None, "--set", help="set or change the total epsilon of its releases"),
+    delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
+                                                     "total's, else 1e-5]"),
+) -> None:
+    """Show what all releases from a teacher spent together; --set its total budget."""
+    from dpdistill.errors import ConfigError
+    from dpdistill.models.ensemble import is_ensemble
+    from dpdistill.privacy.ledger import ReleaseLedger
+
+    if not ((teacher / "model.safetensors").exists() or is_ensemble(teacher)):
+        raise ConfigError(f"{teacher} holds no teacher (model.safetensors) or teacher ensemble (ensemble.json)")
+    ledger = ReleaseLedger(teacher)
+    state = ledger.read() if set_ is None else ledger.set_total(set_, delta)
+    standing = ledger.standing(state)
+    output = Console()
+    output.print(f"ledger: {standing['path']}", highlight=False)
+    if state.total is None:
+        output.print("total: none (releases are recorded, never refused)", highlight=False)
+    else:
+        output.print(f"total: epsilon {state.total.epsilon:g} at delta {state.total.delta:g}", highlight=False)
+    output.print(f"spent: epsilon {standing['spent_epsilon']:.4g} at delta {standing['delta']:g}", highlight=False)
+    if standing["remaining"] is not None:
+        output.print(f"remaining: epsilon {standing['remaining']:.4g}", highlight=False)
+    table = Table("method", "out dir", "epsilon", "status", "date")
+    for entry in state.entries:
+        table.add_row(entry.method, entry.out_dir, f"{entry.release.epsilon:.4g}", entry.status, entry.time)
+    output.print(table)
 
 
 @app.command("evaluate")
@@ -439,6 +488,7 @@ def pate_command(
     table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
     table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
     table.add_row("teachers, answers, sigma", f"{privacy['teachers']}, {privacy['queries']}, {privacy['sigma']:.4g}")
+    _add_ledger_row(table, privacy["ledger"])
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     Console().print(table)

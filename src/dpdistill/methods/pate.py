@@ -146,6 +146,10 @@ class PateConfig:
         return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
                               num_candidates=num_classes, teachers=members)
 
+    def privacy_plan(self, members: int, num_classes: int) -> PrivacyPlan:
+        """One answer per query; planned before the ensemble's ledger reserves the release, and again by run_pate."""
+        return plan_privacy(self.privacy_request(members, num_classes), num_classes, self.queries, 1)
+
 
 @dataclass(frozen=True)
 class Answers:
@@ -331,7 +335,7 @@ def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateCo
     started = time.perf_counter()
     num_classes = evaluation.num_classes
     split = public_split(evaluation, config.public, config.public_size)
-    plan = plan_privacy(config.privacy_request(len(ensemble), num_classes), num_classes, config.queries, 1)
+    plan = config.privacy_plan(len(ensemble), num_classes)
     if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
         load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes,
                      split.description)

@@ -269,12 +269,16 @@ def composed_epsilon_rdp(query: QuerySpec, count: int, delta: float) -> float:
     validate_delta(delta)
     if count <= 0:
         return 0.0
-    accountant = query.rdp_accountant()
+    return rdp_epsilon(query.rdp_accountant(), dp_accounting.SelfComposedDpEvent(query.dp_event(), count), delta)
+
+
+def rdp_epsilon(accountant: dp_accounting.rdp.RdpAccountant, event: dp_accounting.DpEvent, delta: float) -> float:
+    """Epsilon of `event` by a fresh RDP `accountant`."""
     absl = logging.getLogger("absl")  # at small noise a few fractional orders do not converge and are skipped,
-    level = absl.level  # which only loosens this cross-check: not worth a warning per order on the user's screen
+    level = absl.level  # which only loosens the bound: not worth a warning per order on the user's screen
     absl.setLevel(logging.ERROR)
     try:
-        accountant.compose(dp_accounting.SelfComposedDpEvent(query.dp_event(), count))
+        accountant.compose(event)
         return float(accountant.get_epsilon(delta))
     finally:
         absl.setLevel(level)

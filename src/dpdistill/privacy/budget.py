@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import dp_accounting
+
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
 from dpdistill.privacy.accounting import (
     ACCOUNTANT_NAME,
@@ -123,6 +125,18 @@ class PrivacyPlan:
     def epsilon0(self) -> float | None:
         return self.query.epsilon0 if isinstance(self.query, RandomizedResponseQuery) else None
 
+    def epsilon(self, count: int) -> float:
+        """Sound epsilon of `count` answers: infinite without a mechanism (the teacher read unprotected)."""
+        return math.inf if self.query is None else composed_epsilon(self.query, count, self.request.delta)
+
+    def release_event(self, count: int) -> dp_accounting.DpEvent:
+        """The dp-accounting event of `count` answers, what a teacher's release ledger records."""
+        if self.query is None:
+            return dp_accounting.NonPrivateDpEvent()
+        if count == 0:
+            return dp_accounting.NoOpDpEvent()
+        return dp_accounting.SelfComposedDpEvent(self.query.dp_event(), count)
+
     def ledger(self, answered: int = 0) -> PrivacyLedger | None:
         if self.query is None:
             return None
@@ -147,7 +161,7 @@ class PrivacyPlan:
             return {"mode": "none", "epsilon": math.inf, "delta": None, "queries": answered, **SAME_UNDER_BOTH,
                     "epsilon_replace_one": math.inf, "epsilon_add_remove": math.inf,
                     "guarantee": "none: the student is trained on the teacher's unprotected answers"}
-        epsilon = composed_epsilon(self.query, answered, request.delta)
+        epsilon = self.epsilon(answered)
         summary = {
             "mode": request.mode,
             "epsilon": epsilon,
