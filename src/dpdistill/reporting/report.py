@@ -212,7 +212,7 @@ PRIVATE_TRAINING_ROWS = (  # (privacy key, row label) of the private-training re
     ("sigma", "sigma (noise std / beta)"), ("beta", "beta (norm of each output gradient)"),
     ("max_grad_norm", "max grad norm (clipping)"), ("noise_std", "noise std"), ("target_step", "target step gamma"),
     ("sample_rate", "sampling rate (Poisson)"),
-    ("steps", "steps"), ("planned_steps", "planned steps"), ("releases", "per-example releases"),
+    ("steps", "steps"), ("planned_steps", "planned steps"),
 )
 
 

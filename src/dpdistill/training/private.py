@@ -497,7 +497,7 @@ class DirectOutputGradientTrainer(PrivateTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Counts per-example releases for the report; the budget is guarded per step by `self.ledger`.
+        # Counts per-example releases for the private record; the budget is guarded per step by `self.ledger`.
         self.releases = PrivacyLedger(self.plan.query, len(self.loader.dataset) * self.plan.steps)
         self.annotator = OutputGradientAnnotator(DistillationGradient(loss="kd"), self.releases, self.config.beta,
                                                  self.sigma, None, self.config.target_step, self.noise)
@@ -522,7 +522,11 @@ class DirectOutputGradientTrainer(PrivateTrainer):
                 "accountant": "exact, per-example Gaussian releases: no amplification by subsampling",
                 "unit": "replacing one private training example (the released output gradients only)",
                 "sigma": self.sigma, "beta": config.beta, "noise_std": self.sigma * config.beta,
-                "target_step": config.target_step, "releases": self.releases.answered}
+                "target_step": config.target_step}
+
+    def private_figures(self) -> dict[str, Any]:
+        """Also the count of per-example releases: about the training-set size times the rate times the steps."""
+        return {**super().private_figures(), "releases": self.releases.answered}
 
     def _state(self) -> dict[str, Any]:
         return {**super()._state(), "releases": self.releases.answered}
