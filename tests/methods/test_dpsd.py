@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpdistill.errors import BudgetExceededError, ConfigError
+from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
 from dpdistill.methods.dpsd import AnswerJournal, DPSDTranscriber
+from dpdistill.methods.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
@@ -167,3 +168,13 @@ def test_a_resumed_run_serves_released_answers_from_its_journal_and_never_asks_a
     assert result.answered == resumed.ledger.answered == 12 * batch  # every answer ever released is charged
     journal = AnswerJournal(tmp_path / "resume" / "answers")
     assert journal.iterations() == list(range(12)) and journal.noise_state(0) is None  # secure: no state kept
+
+
+def test_a_checkpoint_without_an_answer_journal_is_refused(digits_teacher: Path, tmp_path: Path):
+    """An older dpdistill seeded its noise and journaled nothing: its answers since the checkpoint are unknown."""
+    teacher, meta = load_teacher(digits_teacher)
+    save_state(tmp_path / "resume", {"iteration": 5, "noise_rng": torch.zeros(8, dtype=torch.uint8)})
+    transcriber = DPSDTranscriber(_config("data", iterations=10), teacher, tuple(meta["in_shape"]), 10,
+                                  work_dir=tmp_path)
+    with pytest.raises(CheckpointError, match="older dpdistill"):
+        transcriber.run(resume=True)

@@ -394,6 +394,10 @@ class DPSDTranscriber:
             if not (self.work_dir / "resume" / STATE_SKELETON).exists():
                 return
         state = load_state(self.work_dir / "resume")
+        if "noise_rng" in state:
+            raise CheckpointError(f"the interrupted run in {self.work_dir} was written by an older dpdistill that drew "
+                                  f"its noise from the seed and kept no answer journal: resuming would ask again and "
+                                  f"spend the budget twice; start a new run elsewhere")
         self.student.load_state_dict(state["student"])
         self.generator.load_state_dict(state["generator"])
         with torch.no_grad():
