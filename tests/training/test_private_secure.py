@@ -197,7 +197,7 @@ def test_private_secure_checkpoint_keeps_no_noise_state_and_resumes(tmp_path: Pa
 
     with pytest.raises(KeyboardInterrupt):
         train_private(config, tmp_path, progress=interrupt_after_first_epoch)
-    state = load_state(tmp_path / "resume")
+    state = load_state(tmp_path / "private" / "resume")
     assert state["noise"] is None and not {"sampler_rng", "noise_rng"} & set(state)
     resumed = train_private(None, tmp_path, resume=True)
     assert resumed["privacy"]["steps"] == resumed["privacy"]["planned_steps"] == 46

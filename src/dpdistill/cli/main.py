@@ -107,8 +107,9 @@ def train_teacher_command(
     batch_size: int = typer.Option(128, min=1),
     lr: float = typer.Option(1e-3),
     partitions: int = typer.Option(1, min=1, help="train an ensemble: one teacher per disjoint partition"),
-    dirichlet_alpha: Optional[float] = typer.Option(None, help="non-IID partitions: class proportions "
-                                                               "~ Dirichlet(alpha) (default: IID)"),
+    dirichlet_alpha: Optional[float] = typer.Option(None, help="simulate owners holding non-IID data: class "
+                                                               "proportions ~ Dirichlet(alpha); its releases "
+                                                               "have NO formal guarantee (default: keyed IID)"),
     min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
                                                    "partitions get more epochs)"),
     augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "

@@ -112,10 +112,19 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
     unit, notion = (("one private training example", "DP") if mode == "data"
                     else ("the label of one private training example", "label-DP"))
     covered = privacy["covered"]
-    return (f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-{notion}** with respect to {unit}: "
+    return (f"{_guarantee(privacy, notion)} with respect to {unit}: "
             f"{privacy['queries']} teacher answers, each protected by the mechanism, composed with "
             f"{privacy['accountant']}. Covered: {covered}. The teacher itself is not private and must not be "
             f"released.")
+
+
+def _guarantee(privacy: dict[str, Any], notion: str = "DP") -> str:
+    """The headline: (epsilon, delta)-DP, or, where something voids it (reproducible noise, a simulated split, a
+    generator that read the teacher), that there is no formal guarantee and what the accounting alone says."""
+    figure = f"({_number(privacy['epsilon'])}, {privacy['delta']:g})-{notion}"
+    if privacy.get("formal_guarantee") is False or privacy["covered"].startswith("NO"):
+        return f"**NO formal guarantee** (the mechanism's accounting alone: {figure})"
+    return f"**{figure}**"
 
 
 ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "generator_student_weight",
@@ -271,7 +280,7 @@ def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
     privacy, accuracy = report["privacy"], report["accuracy"]
     lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "",
-             f"**({_number(privacy['epsilon'])}, {privacy['delta']:g})-DP** with respect to {privacy['unit']} "
+             f"{_guarantee(privacy)} with respect to {privacy['unit']} "
              f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
              f"are not private and must not be released.", "",
              f"Public images: {report['public']}.", "",
