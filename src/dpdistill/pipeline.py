@@ -98,7 +98,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     state = out_dir / "resume"
     plan_path = state / ENSEMBLE_PLAN
     plan = interrupted_ensemble(out_dir)
-    _check_resume(state, resume, plan is not None, "ensemble training")
+    _check_resume(out_dir, state, resume, plan is not None, "ensemble training")
     if resume:
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
@@ -237,9 +237,8 @@ def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> I
     return dataset
 
 
-def _check_resume(state_dir: Path, resume: bool, resumable: bool, what: str) -> None:
+def _check_resume(out_dir: Path, state_dir: Path, resume: bool, resumable: bool, what: str) -> None:
     """Refuse `--resume` with nothing to resume, and a fresh start over an unfinished run's state in `state_dir`."""
-    out_dir = state_dir.parent.parent if state_dir.parent.name == PRIVATE_DIR else state_dir.parent
     if resume and not resumable:
         raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
     if not resume and state_dir.exists():
@@ -289,7 +288,7 @@ def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, d
                 resume: bool, progress: Progress | None) -> dict[str, Any]:
     teacher, meta = load_teacher(teacher_dir)
     config_path = out_dir / "config.json"
-    _check_resume(release_state(out_dir), resume, config_path.exists(), "transcription")
+    _check_resume(out_dir, release_state(out_dir), resume, config_path.exists(), "transcription")
     if resume:
         config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
     if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
@@ -388,7 +387,7 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
 
     config_path = out_dir / "config.json"
     state = release_state(out_dir)
-    _check_resume(state, resume, state.exists() and config_path.exists(), "train-private run")
+    _check_resume(out_dir, state, resume, state.exists() and config_path.exists(), "train-private run")
     if resume:
         config = PrivateTrainingConfig.from_dict(json.loads(config_path.read_text()))
     dataset = load_dataset(config.dataset)
@@ -449,7 +448,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
 
     config_path, state = out_dir / "config.json", release_state(out_dir)
     saved = interrupted_pate(out_dir)
-    _check_resume(state, resume, saved is not None, "PATE run")
+    _check_resume(out_dir, state, resume, saved is not None, "PATE run")
     if resume:
         teacher_dir, config = saved
     ensemble, meta = load_teacher(teacher_dir)
