@@ -1,16 +1,16 @@
 """Data-independent scattering features (Tramer & Boneh 2021, "Differentially Private Learning Needs Better
 Features"): a fixed Morlet wavelet transform, so DP-SGD spends its budget on a small head only.
 
-`Scattering2D` follows kymatio's Scattering2D (same Morlet filter bank, reflect padding, order-0/1/2 coefficients
-averaged by a Gaussian low-pass and subsampled by 2^J, 1 + J L + L^2 J (J - 1) / 2 channels per input channel:
-81 for J = 2, L = 8). Every convolution runs at the padded input's full resolution before the final
-subsampling, where kymatio subsamples between orders: the same coefficients up to that aliasing. Written here
-because kymatio 0.3.0 no longer imports with current scipy.
+`Scattering2D` follows kymatio's Scattering2D: the same Morlet filter bank, reflect padding, order-0/1/2
+coefficients averaged by a Gaussian low-pass and subsampled by 2^J (1 + J L + L^2 J (J - 1) / 2 channels per input
+channel: 81 for J = 2, L = 8), and each wavelet modulus subsampled to its own scale before the next order, as
+kymatio does, in the Fourier domain. Written here because kymatio 0.3.0 no longer imports with current scipy.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -86,15 +86,11 @@ class Scattering2D(nn.Module):
     def extra_repr(self) -> str:
         return f"shape={self.shape}, J={self.J}, L={self.L}"
 
-    def _wavelets(self, resolution: int, scales: slice) -> Tensor:
-        return getattr(self, f"wavelets_hat_{resolution}")[scales.start * self.L:scales.stop * self.L]
-
-    def _envelope(self, signal_hat: Tensor, resolution: int, scale: int | slice) -> Tensor:
-        """|signal * psi| for the wavelets of `scale` (index or slice of j), subsampled by 2^j; returns its
-        spectrum at that coarser resolution."""
-        scales = scale if isinstance(scale, slice) else slice(scale, scale + 1)
-        coarsening = 2 ** (scales.start - resolution)
-        filtered = _fold(signal_hat * self._wavelets(resolution, scales), coarsening, torch.mean)
+    def _envelope(self, signal_hat: Tensor, resolution: int, scale: int) -> Tensor:
+        """|signal * psi_{scale, angle}| for the L angles, from a signal at resolution 2^-resolution, subsampled to
+        2^-scale (the wavelet's band allows it); returns its spectrum at that resolution."""
+        wavelets = getattr(self, f"wavelets_hat_{resolution}")[scale * self.L:(scale + 1) * self.L]
+        filtered = _fold(signal_hat * wavelets, 2 ** (scale - resolution), torch.mean)
         return torch.fft.fft2(torch.fft.ifft2(filtered).abs())
 
     def _average(self, signal_hat: Tensor, resolution: int) -> Tensor:
@@ -119,7 +115,7 @@ class Scattering2D(nn.Module):
         return torch.cat(coefficients, dim=1).reshape(batch, channels * self.channels, *self.out_shape)
 
 
-def _fold(spectrum: Tensor, factor: int, reduce) -> Tensor:
+def _fold(spectrum: Tensor, factor: int, reduce: Callable[..., Tensor]) -> Tensor:
     """Fold a spectrum onto the grid `factor` times coarser. With torch.mean it is exactly the spectrum of the
     signal subsampled by `factor`; with torch.sum, a band-limited filter's spectrum at the coarser resolution."""
     if factor == 1:
