@@ -141,10 +141,9 @@ class ScatterLinear(Classifier):
 
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, J: int = 2, L: int = 8) -> None:
         super().__init__()
-        transform, _ = scattering_features(in_shape, J, L)
+        transform, channels = scattering_features(in_shape, J, L)
         self.backbone = nn.Sequential(transform, nn.Flatten())
-        flat = transform(torch.zeros(1, *in_shape)).numel()
-        self.head = nn.Linear(flat, num_classes)
+        self.head = nn.Linear(channels * math.prod(transform[0].out_shape), num_classes)
 
 
 class ScatterCNN(Classifier):
