@@ -171,6 +171,7 @@ def test_train_private_dpdfd_direct_says_it_has_no_formal_guarantee(tmp_path: Pa
     (("--dataset", "nope", "--epsilon", "1"), "unknown dataset 'nope'"),
     (("--dataset", "digits", "--epsilon", "1", "--resume"), "nothing to resume"),
     (("--dataset", "digits", "--epsilon", "1", "--train-layers", "head"), "--train-layers head trains a linear layer"),
+    (("--dataset", "digits", "--epsilon", "1", "--optimizer", "rmsprop"), "unknown --optimizer 'rmsprop'"),
     (("--dataset", "digits", "--epsilon", "1", "--student-arch", "cnn", "--student-init", "no-such-encoder",
       "--public-size", "200"), "no encoder at no-such-encoder"),
     (("--dataset", "digits", "--epsilon", "1", "--student-init", "no-such-encoder"), "a public pool of 5000"),

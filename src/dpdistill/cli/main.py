@@ -319,18 +319,26 @@ def train_private_command(
     delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
     sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (std / max-grad-norm); dpdfd-direct: "
                                                      "noise std / beta. Default: calibrated to --epsilon"),
-    max_grad_norm: float = typer.Option(1.0, help="dpsgd: per-example gradient clipping norm"),
+    max_grad_norm: Optional[float] = typer.Option(None, help="dpsgd: per-example gradient clipping norm "
+                                                             "[default: 1.0; 0.1 for scatter-*]"),
     beta: float = typer.Option(1e-3, help="dpdfd-direct: norm C of each output gradient"),
     target_step: float = typer.Option(0.1, help="dpdfd-direct: gamma, step of the noisy gradient on the logits"),
     student_arch: str = typer.Option("datalens", help="the student transcription uses, or module:callable"),
-    epochs: int = typer.Option(3, min=1, help="the defaults are the benchmarks' dpsgd-eps* rows"),
-    batch_size: int = typer.Option(256, min=1, help="expected batch size (Poisson sampling)"),
-    lr: float = ADAM_LR,
+    epochs: Optional[int] = typer.Option(None, min=1, help="[default: 3, the benchmarks' dpsgd-eps* rows; 40 for "
+                                                          "scatter-*, Tramer & Boneh's recipe]"),
+    batch_size: Optional[int] = typer.Option(None, min=1, help="expected batch size (Poisson sampling) [default: "
+                                                               "256; 4096 for scatter-*]"),
+    lr: Optional[float] = typer.Option(None, help="learning rate [default: 1e-3; 4 for scatter-*]"),
+    optimizer: Optional[str] = typer.Option(None, help="adam or sgd, on the privatised gradient [default: adam; "
+                                                       "sgd for scatter-*]"),
+    momentum: Optional[float] = typer.Option(None, help="sgd's momentum [default: 0; 0.9 for scatter-*]"),
     student_init: Optional[Path] = typer.Option(None, help="start the student from this encoder (a `dpdistill "
                                                            "pretrain` directory: public images only); accuracy is "
                                                            "then measured outside its public pool"),
-    train_layers: str = typer.Option("all", help="all, or head: with --student-init, only the last layer learns, "
-                                                 "on the frozen encoder's features (a private linear probe)"),
+    train_layers: Optional[str] = typer.Option(None, help="all, or head: only the last layer learns, on the frozen "
+                                                          "encoder's features (a private linear probe; needs "
+                                                          "--student-init unless the backbone is fixed) [default: "
+                                                          "all; head for scatter-linear]"),
     public: Optional[str] = typer.Option(None, help="with --student-init: the data set of its public pool (as "
                                                     "`pretrain --public`)"),
     public_size: int = typer.Option(5000, help="with --student-init: the size of its public pool (as `pretrain "
@@ -352,10 +360,10 @@ def train_private_command(
     config = None if resume else PrivateTrainingConfig(
         dataset=dataset, method=method, epsilon=epsilon, delta=delta, sigma=sigma, max_grad_norm=max_grad_norm,
         beta=beta, target_step=target_step, student_arch=student_arch, epochs=epochs, batch_size=batch_size, lr=lr,
-        seed=seed, device=device, student_init=None if student_init is None else str(student_init),
-        train_layers=train_layers, public=public, public_size=public_size, relation=relation,
-        reproducible_noise=reproducible_noise)
-    bar, update = _progress_bar(epochs, f"{method} on {dataset}")
+        optimizer=optimizer, momentum=momentum, seed=seed, device=device,
+        student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
+        public_size=public_size, relation=relation, reproducible_noise=reproducible_noise)
+    bar, update = _progress_bar(epochs if config is None else config.epochs, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update)
     print_private_summary(report, out)

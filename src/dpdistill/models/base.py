@@ -13,6 +13,7 @@ class Classifier(nn.Module):
 
     backbone: nn.Module
     head: nn.Module
+    fixed_backbone = False  # a backbone without parameters (a fixed transform): head-only training needs no encoder
 
     def features(self, x: Tensor) -> Tensor:
         """Flat (N, F) pre-classifier features."""

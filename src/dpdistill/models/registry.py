@@ -12,12 +12,15 @@ from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.classifiers import ConvNet, DataLensStudent, resnet18, resnet34
 from dpdistill.models.generator import Generator
+from dpdistill.models.scattering import ScatterCNN, ScatterLinear
 
 CLASSIFIERS: dict[str, Callable[..., Classifier]] = {
     "cnn": ConvNet,
     "datalens": DataLensStudent,
     "resnet18": resnet18,
     "resnet34": resnet34,
+    "scatter-cnn": ScatterCNN,
+    "scatter-linear": ScatterLinear,
 }
 
 
@@ -119,6 +122,11 @@ def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int
         return CLASSIFIERS[arch](shape, num_classes, **options)
     except TypeError as error:
         raise ConfigError(f"architecture {arch!r} does not accept options {sorted(options)}: {error}") from error
+
+
+def has_fixed_backbone(arch: str) -> bool:
+    """Whether the registered architecture's backbone is a fixed transform (no parameters); user models are not."""
+    return getattr(CLASSIFIERS.get(arch), "fixed_backbone", False)
 
 
 def build_generator(latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int]) -> Generator:

@@ -29,12 +29,14 @@ Either can start from an encoder pretrained on public images only (`dpdistill pr
 PATE's best rows use, so the two routes compare like with like. Its BatchNorm layers then keep the encoder's
 public statistics (eval mode, frozen scale and shift): each example is normalised alone, so per-example gradients
 stay independent. With `train_layers="head"` only the last linear layer learns, on features computed once: a
-private linear probe of public features.
+private linear probe of public features, or of a fixed transform's (the scattering students, Tramer & Boneh 2021,
+whose backbone has no parameters and which train this way by default with their DP-SGD recipe).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -60,7 +62,7 @@ from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.methods.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.methods.state import load_state, save_state
 from dpdistill.models.base import Classifier
-from dpdistill.models.registry import build_classifier
+from dpdistill.models.registry import build_classifier, has_fixed_backbone
 from dpdistill.privacy.accounting import (
     ADD_REMOVE,
     NEIGHBOURING_RELATIONS,
@@ -91,6 +93,16 @@ METHODS = tuple(COVERED)
 UNITS = {ADD_REMOVE: "adding or removing one private training example",
          REPLACE_ONE: "replacing one private training example"}
 TRAIN_LAYERS = ("all", "head")  # which of the student's weights learn from the private data
+OPTIMIZERS = ("adam", "sgd")
+# Settings left unset take the student's defaults: Tramer & Boneh's DP-SGD recipe for scattering students (Poisson
+# batches of 4,096, clip 0.1, SGD with momentum 0.9 at lr 4, 40 epochs; scatter-linear learns its head on features
+# computed once), otherwise the measured `dpsgd-eps*` rows (per-example gradients are slow on CPU).
+TRAINING_DEFAULTS: dict[str, Any] = {"max_grad_norm": 1.0, "epochs": 3, "batch_size": 256, "lr": 1e-3,
+                                     "optimizer": "adam", "momentum": 0.0, "train_layers": "all"}
+SCATTER_RECIPE: dict[str, Any] = {"max_grad_norm": 0.1, "epochs": 40, "batch_size": 4096, "lr": 4.0,
+                                  "optimizer": "sgd", "momentum": 0.9}
+ARCH_TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {"scatter-linear": {**SCATTER_RECIPE, "train_layers": "head"},
+                                                     "scatter-cnn": SCATTER_RECIPE}
 
 
 @dataclass(frozen=True)
@@ -102,32 +114,42 @@ class PrivateTrainingConfig:
     epsilon: float | None = None
     delta: float = 1e-5
     sigma: float | None = None  # dpsgd: the noise multiplier (std / max_grad_norm); dpdfd-direct: std / beta
-    max_grad_norm: float = 1.0  # dpsgd: per-example clipping norm
+    max_grad_norm: float | None = None  # dpsgd: per-example clipping norm (None: the student's default)
     beta: float = 1e-3  # dpdfd-direct: norm C of each output gradient
     target_step: float = 0.1  # dpdfd-direct: gamma, the step of the noisy gradient on the student's logits
     student_arch: str = "datalens"
-    epochs: int = 3  # the measured `dpsgd-eps*` and `dpdfd-direct-eps*` rows (per-example gradients are slow on CPU)
-    batch_size: int = 256  # expected batch size of the Poisson sampler
-    lr: float = 1e-3
+    epochs: int | None = None  # None here and below: the student's default (ARCH_TRAINING_DEFAULTS)
+    batch_size: int | None = None  # expected batch size of the Poisson sampler
+    lr: float | None = None
+    optimizer: str | None = None  # adam or sgd, applied to the privatised gradient (post-processing)
+    momentum: float | None = None  # sgd only
     seed: int = 0  # initialisation only: privacy draws never come from it (unless reproducible_noise)
     device: str = "cpu"
     reproducible_noise: bool = False  # debugging only: noise and sampling from the seed, NO privacy guarantee
     relation: str = ADD_REMOVE  # dpsgd: the neighbouring relation of the budget (dpdfd-direct: always replace-one)
     student_init: str | None = None  # an encoder pretrained on public images the student starts from
-    train_layers: str = "all"  # "all", or "head": only the last layer learns, on the frozen encoder's features
+    train_layers: str | None = None  # "all", or "head": only the last layer learns, on the frozen backbone's features
     public: str | None = None  # with student_init: where its public pool came from (as `pate --public`) ...
     public_size: int = 5000  # ... and its size: accuracy is then measured on images the encoder never saw
 
     def __post_init__(self) -> None:
+        for name, value in {**TRAINING_DEFAULTS, **ARCH_TRAINING_DEFAULTS.get(self.student_arch, {})}.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)  # frozen: the resolved value is what is saved and resumed
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHODS)}")
         if self.train_layers not in TRAIN_LAYERS:
             raise ConfigError(f"unknown --train-layers {self.train_layers!r}: choose one of {', '.join(TRAIN_LAYERS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown --optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.relation not in NEIGHBOURING_RELATIONS:
             raise ConfigError(f"unknown --relation {self.relation!r}: choose one of {', '.join(NEIGHBOURING_RELATIONS)}")
-        if self.train_layers == "head" and self.student_init is None:
+        if self.train_layers == "head" and self.student_init is None and not has_fixed_backbone(self.student_arch):
             raise ConfigError("--train-layers head trains a linear layer on a pretrained encoder's features: give "
-                              "the encoder with --student-init (`dpdistill pretrain` makes one from public images)")
+                              "the encoder with --student-init (`dpdistill pretrain` makes one from public images), "
+                              "or choose a student with a fixed backbone (scatter-linear)")
         if self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
         validate_epsilon(self.epsilon)
@@ -265,6 +287,33 @@ def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
                    for name, layer in model.named_modules() if type(now[name]) is not type(layer)]
 
 
+def make_optimizer(config: PrivateTrainingConfig, weights: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """Adam, or SGD with momentum (Tramer & Boneh's choice for scattering students)."""
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(weights, lr=config.lr, momentum=config.momentum)
+    return torch.optim.Adam(weights, lr=config.lr)
+
+
+FIXED_FEATURES_CACHE_SIZE = 4  # train and test features of the last two (arch, images) pairs
+_fixed_features: dict[tuple[str, tuple[int, ...], str], Tensor] = {}  # insertion order: oldest first
+
+
+def frozen_features(model: Classifier, images: Tensor, device: torch.device) -> Tensor:
+    """The frozen backbone's features of `images`. A backbone without parameters (a fixed transform such as
+    scattering) gives the same features in every run, so they are kept in memory, keyed by the architecture and a
+    digest of the images: repeated runs in one process (other epsilons, seeds) skip the transform. In memory only,
+    because the images are private."""
+    if not model.fixed_backbone:
+        return features(model, images, device=device)
+    digest = hashlib.blake2b(images.contiguous().numpy().tobytes(), digest_size=16).hexdigest()
+    key = (repr(model.backbone), tuple(images.shape), digest)
+    if key not in _fixed_features:
+        while len(_fixed_features) >= FIXED_FEATURES_CACHE_SIZE:
+            del _fixed_features[next(iter(_fixed_features))]
+        _fixed_features[key] = features(model, images, device=device)
+    return _fixed_features[key]
+
+
 def freeze_batchnorm(model: nn.Module) -> list[nn.Module]:
     """Fix every BatchNorm layer's scale and shift and return the layers, to be kept in eval mode: they then
     normalise each example with the (public) running statistics alone, so examples stay independent."""
@@ -330,11 +379,11 @@ class PrivateTrainer:
         if config.train_layers == "head":
             student.backbone.requires_grad_(False)
             self.frozen.append(student.backbone)
-            inputs = features(student, dataset.x_train, device=self.device)
+            inputs = frozen_features(student, dataset.x_train, self.device)
+            self.eval_features = frozen_features(student, self.x_eval, self.device)
         self.model, self.fixes = self._student(student.to(self.device).train())  # Opacus checks training mode
         self.trained: nn.Module = self.model.head if config.train_layers == "head" else self.model
-        self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            [weight for weight in self.trained.parameters() if weight.requires_grad], lr=config.lr)
+        self.optimizer = make_optimizer(config, [weight for weight in self.trained.parameters() if weight.requires_grad])
         self.loader = poisson_loader(TensorDataset(inputs, dataset.y_train), plan, self.noise, config.batch_size)
         self.ledger = PrivacyLedger(plan.query, plan.steps)
         self.epoch = 0
@@ -355,6 +404,12 @@ class PrivateTrainer:
         for layer in self.frozen:
             layer.eval()
 
+    def _accuracy(self) -> float:
+        """Test accuracy; with only the head learning, on the evaluation images' features computed once."""
+        if self.config.train_layers == "head":
+            return accuracy(self.model.head, self.eval_features, self.y_eval, device=self.device)
+        return accuracy(self.model, self.x_eval, self.y_eval, device=self.device)
+
     def run(self, resume: bool = False) -> PrivateTrainingResult:
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
@@ -368,8 +423,7 @@ class PrivateTrainer:
                 seen += len(labels)
             self.epoch += 1
             self.train_loss.append(loss_sum / max(seen, 1))
-            self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
-                                 "test_accuracy": accuracy(self.model, self.x_eval, self.y_eval, device=self.device)})
+            self.history.append({"epoch": self.epoch, "steps": self.ledger.answered, "test_accuracy": self._accuracy()})
             save_state(self.work_dir / "resume", self._state())
             if self.progress:
                 self.progress(self.history[-1])
@@ -428,7 +482,7 @@ class PrivateTrainer:
 
 class DPSGDTrainer(PrivateTrainer):
     """DP-SGD wired from Opacus' parts: GradSampleModule for per-example gradients, `NoiseSourceDPOptimizer` (flat
-    clipping, noise from the NoiseSource; Adam on the privatised gradient is post-processing), the secret Poisson
+    clipping, noise from the NoiseSource; Adam or SGD on the privatised gradient is post-processing), the secret Poisson
     sampler, and Opacus' RDP accountant following every step, reported beside dp-accounting's figure.
 
     The mean-loss gradient is divided by the public --batch-size rather than Opacus' int(n * rate), which depends

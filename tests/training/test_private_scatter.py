@@ -1,0 +1,65 @@
+"""Scattering students in train-private: Tramer & Boneh's DP-SGD recipe by default, head-only training on fixed
+features computed once, and a tiny run on digits that learns within its budget."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dpdistill.data import load_dataset
+from dpdistill.errors import ConfigError
+from dpdistill.evaluation.metrics import accuracy
+from dpdistill.models import build_classifier
+from dpdistill.models.checkpoint import load_classifier
+from dpdistill.pipeline import train_private
+from dpdistill.training.private import PrivateTrainingConfig, frozen_features
+
+
+def test_scatter_students_default_to_tramer_and_boneh_recipe():
+    linear = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0)
+    assert (linear.batch_size, linear.max_grad_norm, linear.optimizer, linear.momentum, linear.lr, linear.epochs,
+            linear.train_layers) == (4096, 0.1, "sgd", 0.9, 4.0, 40, "head")
+    cnn = PrivateTrainingConfig(dataset="digits", student_arch="scatter-cnn", epsilon=1.0)
+    assert (cnn.optimizer, cnn.batch_size, cnn.train_layers) == ("sgd", 4096, "all")
+    other = PrivateTrainingConfig(dataset="digits", epsilon=1.0)  # other students keep the measured rows' defaults
+    assert (other.batch_size, other.max_grad_norm, other.optimizer, other.lr, other.epochs,
+            other.train_layers) == (256, 1.0, "adam", 1e-3, 3, "all")
+    explicit = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0, lr=0.5,
+                                     optimizer="adam")
+    assert (explicit.lr, explicit.optimizer, explicit.batch_size) == (0.5, "adam", 4096)
+    assert PrivateTrainingConfig.from_dict(linear.to_dict()) == linear  # saved resolved, resumed as saved
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"optimizer": "rmsprop"}, "unknown --optimizer 'rmsprop'"),
+    ({"momentum": 1.0}, "momentum must be in"),
+    ({"student_arch": "scatter-cnn", "train_layers": "head"}, "give the encoder with --student-init"),
+])
+def test_private_config_refuses_bad_optimizer_settings(values, message):
+    with pytest.raises(ConfigError, match=message):
+        PrivateTrainingConfig(**{"dataset": "digits", "epsilon": 1.0, "student_arch": "scatter-linear", **values})
+
+
+def test_fixed_features_are_computed_once_per_images():
+    model = build_classifier("scatter-linear", (1, 8, 8), 10)
+    images = load_dataset("digits").x_test[:50]
+    first = frozen_features(model, images, torch.device("cpu"))
+    assert first.shape == (50, 81 * 2 * 2)
+    assert frozen_features(build_classifier("scatter-linear", (1, 8, 8), 10), images.clone(), torch.device("cpu")) \
+        is first  # same transform, same images: the cached tensor
+    assert not torch.equal(frozen_features(model, images.flip(0), torch.device("cpu")), first)
+
+
+@pytest.mark.slow
+def test_private_scatter_linear_learns_its_head_within_the_budget(tmp_path: Path):
+    config = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=3.0, batch_size=256,
+                                   lr=2.0, epochs=5)
+    report = train_private(config, tmp_path)
+    privacy = report["privacy"]
+    assert privacy["epsilon"] <= 3.0 and privacy["formal_guarantee"] and privacy["max_grad_norm"] == 0.1
+    assert report["accuracy"]["student"] > 0.6  # chance is 0.1; measured 0.91
+    assert set(load_file(tmp_path / "student.safetensors")) == {"head.weight", "head.bias"}  # nothing else to learn
+    digits = load_dataset("digits")
+    model, _ = load_classifier(tmp_path, "student")
+    assert accuracy(model, digits.x_test, digits.y_test) == pytest.approx(report["accuracy"]["student"], abs=1e-6)
