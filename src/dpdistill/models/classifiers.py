@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from torch import Tensor, nn
 
 from dpdistill.models.base import Classifier
@@ -13,16 +15,23 @@ class ConvNet(Classifier):
 
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: tuple[int, ...] = (32, 64, 64)) -> None:
         super().__init__()
-        channels, size = in_shape[0], min(in_shape[1:])
-        layers: list[nn.Module] = []
-        for out_channels in width:
-            layers += [nn.Conv2d(channels, out_channels, 3, padding=1), nn.BatchNorm2d(out_channels), nn.ReLU()]
-            if size >= 4:
-                layers.append(nn.MaxPool2d(2))
-                size //= 2
-            channels = out_channels
+        layers, channels, size = conv_blocks(in_shape[0], min(in_shape[1:]), width, nn.BatchNorm2d)
         self.backbone = nn.Sequential(*layers, nn.Flatten())
         self.head = nn.Linear(channels * size * size, num_classes)
+
+
+def conv_blocks(channels: int, size: int, width: tuple[int, ...], norm: Callable[[int], nn.Module]
+                ) -> tuple[list[nn.Module], int, int]:
+    """3x3 conv, `norm`, ReLU blocks of `width` channels, each max-pooled while the map is at least 4 wide: the
+    layers, and the channels and width of the map they leave."""
+    layers: list[nn.Module] = []
+    for out_channels in width:
+        layers += [nn.Conv2d(channels, out_channels, 3, padding=1), norm(out_channels), nn.ReLU()]
+        if size >= 4:
+            layers.append(nn.MaxPool2d(2))
+            size //= 2
+        channels = out_channels
+    return layers, channels, size
 
 
 class DataLensStudent(Classifier):

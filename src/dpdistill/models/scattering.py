@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
+from dpdistill.models.classifiers import conv_blocks
 
 GROUPS = 27  # Tramer & Boneh's GroupNorm groups over the 81 (x channels) coefficients
 
@@ -154,14 +155,7 @@ class ScatterCNN(Classifier):
                  J: int = 2, L: int = 8) -> None:
         super().__init__()
         transform, channels = scattering_features(in_shape, J, L)
-        size = min(transform[0].out_shape)
-        layers: list[nn.Module] = [transform]
-        for out_channels in width:
-            layers += [nn.Conv2d(channels, out_channels, 3, padding=1), nn.GroupNorm(math.gcd(8, out_channels),
-                                                                                     out_channels), nn.ReLU()]
-            if size >= 4:
-                layers.append(nn.MaxPool2d(2))
-                size //= 2
-            channels = out_channels
-        self.backbone = nn.Sequential(*layers, nn.Flatten())
+        blocks, channels, size = conv_blocks(channels, min(transform[0].out_shape), width,
+                                             lambda out: nn.GroupNorm(math.gcd(8, out), out))
+        self.backbone = nn.Sequential(transform, *blocks, nn.Flatten())
         self.head = nn.Linear(channels * size * size, num_classes)
