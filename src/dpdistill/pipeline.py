@@ -465,7 +465,7 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
     release = Release.of_plan(plan, config.queries)  # every query is answered
     ledger.reserve(out_dir, "pate", release, resume)
     write_json(config_path, {"teacher": str(teacher_dir), "pate": config.to_dict()})
-    student, figures = run_pate(ensemble, evaluation, config, state, resume, progress)
+    student, figures = run_pate(ensemble, evaluation, config, plan, state, resume, progress)
     figures["privacy"]["ledger"] = ledger.standing(ledger.settle(out_dir, "pate", release))
 
     save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),

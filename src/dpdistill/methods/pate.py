@@ -147,7 +147,7 @@ class PateConfig:
                               num_candidates=num_classes, teachers=members)
 
     def privacy_plan(self, members: int, num_classes: int) -> PrivacyPlan:
-        """One answer per query; planned before the ensemble's ledger reserves the release, and again by run_pate."""
+        """One answer per query; planned once, before the ensemble's ledger reserves the release."""
         return plan_privacy(self.privacy_request(members, num_classes), num_classes, self.queries, 1)
 
 
@@ -329,13 +329,13 @@ def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | Non
     return (answers.labels[answers.confident] == true_labels[kept]).float().mean().item()
 
 
-def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateConfig, state_dir: Path,
-             resume: bool, progress: Progress | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Plan, release (or reload) the answers, train the student; the report's figures as a dict."""
+def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateConfig, plan: PrivacyPlan,
+             state_dir: Path, resume: bool, progress: Progress | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Release (or reload) the answers of `plan` (`config.privacy_plan`, which the teachers' ledger reserved),
+    train the student; the report's figures as a dict."""
     started = time.perf_counter()
     num_classes = evaluation.num_classes
     split = public_split(evaluation, config.public, config.public_size)
-    plan = config.privacy_plan(len(ensemble), num_classes)
     if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
         load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes,
                      split.description)
