@@ -91,8 +91,9 @@ class Release:
 
     @classmethod
     def of_plan(cls, plan: PrivacyPlan, count: int) -> "Release":
-        # Noisy vote counts (an ensemble's labels) are integers: their noise is a discrete Gaussian
-        return cls(plan.release_event(count), plan.request.delta, plan.epsilon(count), plan.request.votes)
+        # Noisy vote counts are integers with discrete Gaussian noise: the query says so itself
+        return cls(plan.release_event(count), plan.request.delta, plan.epsilon(count),
+                   getattr(plan.query, "discrete", False))
 
 
 @dataclass(frozen=True)
