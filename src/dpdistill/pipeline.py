@@ -21,10 +21,12 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
 from dpdistill.errors import ConfigError, DatasetError
-from dpdistill.evaluation.metrics import accuracy, features, predict
+from dpdistill.evaluation.metrics import accuracy, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
+from dpdistill.models.features import frozen_features
+from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
                                        load_teacher, member_directory, plurality_counts, read_partition_key,
@@ -32,7 +34,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
                                         write_transcription_report)
-from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier, train_heads
+from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
     from dpdistill.training.self_supervised import ContrastiveConfig
@@ -158,9 +160,13 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     """Members as linear heads on the frozen encoder `config.init`: the training split's features once, then
     all heads at once (training/teacher.train_heads)."""
     started = time.perf_counter()
-    encoder = load_encoder(Path(str(config.init)), config.arch, dataset.input_shape, dataset.num_classes)
+    if config.init == SCATTER_INIT:  # a fixed transform: nothing pretrained, no public images
+        encoder = build_classifier(config.arch, dataset.input_shape, dataset.num_classes)
+    else:
+        encoder = load_encoder(Path(str(config.init)), config.arch, dataset.input_shape, dataset.num_classes)
     encoder = encoder.to(config.device)
-    train_features = features(encoder, dataset.x_train, device=config.device)
+    train_features = frozen_features(encoder.backbone, dataset.x_train, torch.device(config.device),
+                                     fixed=config.init == SCATTER_INIT)
     weight, bias, training = train_heads(train_features, dataset.y_train, parts, dataset.num_classes, config,
                                          progress)
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
@@ -184,7 +190,9 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
 def _ensemble_report(dataset: ImageDataset, config: TeacherConfig, partition: dict, members: list[dict],
                      test_accuracy: float, vote_accuracy: float, timing: dict) -> dict:
     member_accuracies = [member["test_accuracy"] for member in members]
-    layout = "linear heads on the frozen encoder " + str(config.init) if config.heads_only else "separate networks"
+    layout = ("separate networks" if not config.heads_only
+              else "linear heads on scattering features (no encoder)" if config.init == SCATTER_INIT
+              else "linear heads on the frozen encoder " + str(config.init))
     return {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
             "ensemble": {"members": len(members), "partition": partition, "layout": layout},
             "accuracy": {"teacher": test_accuracy,

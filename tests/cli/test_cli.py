@@ -130,7 +130,8 @@ def test_train_an_ensemble_and_transcribe_it(tmp_path: Path):
                                             (("--partitions", "2000"), "cannot fill"),
                                             (("--partitions", "3", "--resume"), "nothing to resume"),
                                             (("--heads-only", "--init", "encoder"), "--partitions > 1"),
-                                            (("--partitions", "3", "--heads-only"), "give one with --init")])
+                                            (("--partitions", "3", "--heads-only"), "give a pretrained encoder"),
+                                            (("--partitions", "3", "--init", "scatter"), "add --heads-only")])
 def test_impossible_ensembles_are_refused(tmp_path: Path, extra, message):
     result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, *extra)
     assert result.exit_code == 2

@@ -157,6 +157,21 @@ def test_heads_on_a_frozen_encoder_train_as_an_ensemble(digits_heads: Path, digi
         assert torch.allclose(ensemble(images).exp(), mean_probability, atol=1e-6)
 
 
+def test_heads_on_scattering_features_need_no_encoder(tmp_path: Path):
+    config = TeacherConfig(arch="cnn", lr=0.05, min_steps=100, init="scatter", heads_only=True)
+    assert config.arch == "scatter-linear"  # the features' model, whatever --arch said
+    report = train_teacher_ensemble("digits", tmp_path, config, 4)
+    assert "scattering features" in report["ensemble"]["layout"]
+    assert report["accuracy"]["member_min"] > 0.5 and report["accuracy"]["plurality_vote"] > 0.6  # chance 0.1
+    ensemble, meta = load_teacher(tmp_path)
+    assert isinstance(ensemble, HeadEnsemble) and meta["arch"] == "scatter-linear" and len(ensemble) == 4
+    assert not any(weight.requires_grad for weight in ensemble.encoder.parameters())
+    digits = load_dataset("digits")
+    with torch.no_grad():
+        votes = ensemble.member_logits(digits.x_test).argmax(-1)
+    assert (votes == digits.y_test).float().mean(1).min() == pytest.approx(report["accuracy"]["member_min"], abs=1e-6)
+
+
 def test_a_broken_head_ensemble_is_a_clear_error(digits_heads: Path, tmp_path: Path):
     for name in (ENSEMBLE_FILE, f"{HEADS}.json", f"{HEADS}.safetensors"):
         (tmp_path / name).write_bytes((digits_heads / name).read_bytes())

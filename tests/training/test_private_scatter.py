@@ -13,13 +13,15 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models import build_classifier
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import train_private
-from dpdistill.training.private import PrivateTrainingConfig, frozen_features
+from dpdistill.models import features as features_module
+from dpdistill.models.features import frozen_features
+from dpdistill.training.private import PrivateTrainingConfig
 
 
 def test_scatter_students_default_to_tramer_and_boneh_recipe():
     linear = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0)
     assert (linear.batch_size, linear.max_grad_norm, linear.optimizer, linear.momentum, linear.lr, linear.epochs,
-            linear.train_layers) == (4096, 0.1, "sgd", 0.9, 4.0, 40, "head")
+            linear.train_layers) == (8192, 0.1, "sgd", 0.9, 8.0, 40, "head")
     cnn = PrivateTrainingConfig(dataset="digits", student_arch="scatter-cnn", epsilon=1.0)
     assert (cnn.optimizer, cnn.batch_size, cnn.train_layers) == ("sgd", 4096, "all")
     other = PrivateTrainingConfig(dataset="digits", epsilon=1.0)  # other students keep the measured rows' defaults
@@ -27,13 +29,14 @@ def test_scatter_students_default_to_tramer_and_boneh_recipe():
             other.train_layers) == (256, 1.0, "adam", 1e-3, 3, "all")
     explicit = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0, lr=0.5,
                                      optimizer="adam")
-    assert (explicit.lr, explicit.optimizer, explicit.batch_size) == (0.5, "adam", 4096)
+    assert (explicit.lr, explicit.optimizer, explicit.batch_size, explicit.momentum) == (0.5, "adam", 8192, 0.0)
     assert PrivateTrainingConfig.from_dict(linear.to_dict()) == linear  # saved resolved, resumed as saved
 
 
 @pytest.mark.parametrize("values, message", [
     ({"optimizer": "rmsprop"}, "unknown --optimizer 'rmsprop'"),
     ({"momentum": 1.0}, "momentum must be in"),
+    ({"optimizer": "adam", "momentum": 0.9}, "--momentum is SGD's"),
     ({"student_arch": "scatter-cnn", "train_layers": "head"}, "give the encoder with --student-init"),
 ])
 def test_private_config_refuses_bad_optimizer_settings(values, message):
@@ -44,11 +47,13 @@ def test_private_config_refuses_bad_optimizer_settings(values, message):
 def test_fixed_features_are_computed_once_per_images():
     model = build_classifier("scatter-linear", (1, 8, 8), 10)
     images = load_dataset("digits").x_test[:50]
-    first = frozen_features(model, images, torch.device("cpu"))
+    first = frozen_features(model.backbone, images, torch.device("cpu"), fixed=True)
     assert first.shape == (50, 81 * 2 * 2)
-    assert frozen_features(build_classifier("scatter-linear", (1, 8, 8), 10), images.clone(), torch.device("cpu")) \
+    rebuilt = build_classifier("scatter-linear", (1, 8, 8), 10)
+    assert frozen_features(rebuilt.backbone, images.clone(), torch.device("cpu"), fixed=True) \
         is first  # same transform, same images: the cached tensor
-    assert not torch.equal(frozen_features(model, images.flip(0), torch.device("cpu")), first)
+    assert not torch.equal(frozen_features(model.backbone, images.flip(0), torch.device("cpu"), fixed=True), first)
+    assert frozen_features(model.backbone, images, torch.device("cpu"), fixed=False) is not first  # an encoder
 
 
 @pytest.mark.slow
@@ -63,3 +68,33 @@ def test_private_scatter_linear_learns_its_head_within_the_budget(tmp_path: Path
     digits = load_dataset("digits")
     model, _ = load_classifier(tmp_path, "student")
     assert accuracy(model, digits.x_test, digits.y_test) == pytest.approx(report["accuracy"]["student"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_private_scatter_cnn_trains_its_layers_after_the_transform_computed_once(tmp_path: Path):
+    config = PrivateTrainingConfig(dataset="digits", student_arch="scatter-cnn", epsilon=3.0, batch_size=256,
+                                   lr=2.0, epochs=3)
+    report = train_private(config, tmp_path)
+    assert report["privacy"]["epsilon"] <= 3.0 and report["privacy"]["formal_guarantee"]
+    assert report["accuracy"]["student"] > 0.3  # chance is 0.1
+    digits = load_dataset("digits")
+    model, _ = load_classifier(tmp_path, "student")  # the layers trained on cached coefficients are the saved ones
+    assert accuracy(model, digits.x_test, digits.y_test) == pytest.approx(report["accuracy"]["student"], abs=1e-6)
+
+
+def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
+    monkeypatch.setattr(features_module, "_fixed_features", {})
+    model = build_classifier("scatter-linear", (1, 8, 8), 10)
+    images = load_dataset("digits").x_test[:40]
+    first = frozen_features(model.backbone, images, torch.device("cpu"), fixed=True)
+    stored = list((tmp_path / "features").iterdir())
+    assert len(stored) == 1 and stored[0].stat().st_mode & 0o777 == 0o600  # private, like the images
+    monkeypatch.setattr(features_module, "_fixed_features", {})  # a later process
+    monkeypatch.setattr(features_module, "outputs", lambda *args, **kwargs: pytest.fail("recomputed"))
+    assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
+    stored[0].write_bytes(b"broken")  # an unreadable file is computed again
+    monkeypatch.undo()
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
+    monkeypatch.setattr(features_module, "_fixed_features", {})
+    assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)

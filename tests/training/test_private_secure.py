@@ -2,6 +2,7 @@
 neither can be regenerated from the released seed; the debug mode repeats and says it has no guarantee."""
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 import scipy.stats
 import torch
 from opacus import GradSampleModule
+from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from safetensors.torch import load_file
 from torch import nn
@@ -22,7 +25,8 @@ from dpdistill.methods.state import load_state
 from dpdistill.pipeline import train_private
 from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.randomness import NoiseSource, ReproducibleNoise, SecureNoise
-from dpdistill.training.private import (TRAINERS, NoiseSourceDPOptimizer, PoissonBatchSampler, PrivateTrainingConfig,
+from dpdistill.training.private import (TRAINERS, NoiseSourceDPOptimizer, NoiseSourceGhostClippingOptimizer,
+                                        PoissonBatchSampler, PrivateTrainingConfig, ghost_clipping_applies,
                                         plan_private_training, poisson_loader)
 
 DELTA = 1e-5
@@ -104,30 +108,68 @@ def test_private_loader_keeps_shapes_of_empty_batches(tmp_path: Path):
                for inputs, labels in batches)
 
 
-def _noise_added(noise: NoiseSource, noise_multiplier: float = 1.5, max_grad_norm: float = 2.0) -> torch.Tensor:
-    """The update of one DP-SGD step on zero gradients (SGD, lr 1, summed loss): minus the noise alone."""
-    layer = nn.Linear(60, 50)
-    module = GradSampleModule(layer, loss_reduction="sum")
-    optimizer = NoiseSourceDPOptimizer(torch.optim.SGD(module.parameters(), lr=1.0), noise=noise,
-                                       noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-                                       expected_batch_size=8, loss_reduction="sum")
-    before = [weight.detach().clone() for weight in layer.parameters()]
-    (module(torch.randn(8, 60, requires_grad=True)) * 0).sum().backward()
+def _dpsgd_step(layer: nn.Linear, inputs: torch.Tensor, labels: torch.Tensor, noise: NoiseSource, ghost: bool,
+                noise_multiplier: float, max_grad_norm: float) -> None:
+    """One DP-SGD step (SGD, lr 1, mean loss) on `layer`, clipping materialised per-example gradients or by ghost
+    norms."""
+    settings = {"noise": noise, "noise_multiplier": noise_multiplier, "max_grad_norm": max_grad_norm,
+                "expected_batch_size": len(labels)}
+    sgd = torch.optim.SGD(layer.parameters(), lr=1.0)
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no gradient
+    if ghost:
+        module = GradSampleModuleFastGradientClipping(layer, max_grad_norm=max_grad_norm)
+        optimizer = NoiseSourceGhostClippingOptimizer(sgd, **settings)
+        DPLossFastGradientClipping(module, optimizer, nn.CrossEntropyLoss())(module(inputs), labels).backward()
+    else:
+        module = GradSampleModule(layer)
+        optimizer = NoiseSourceDPOptimizer(sgd, **settings)
+        nn.functional.cross_entropy(module(inputs), labels).backward()
     optimizer.step()
-    return torch.cat([(old - new.detach()).flatten() for old, new in zip(before, layer.parameters())])
 
 
-def test_private_dpsgd_noise_has_the_planned_std_and_is_not_the_seeded_one():
-    noise = _noise_added(SecureNoise())
-    assert len(noise) == 60 * 50 + 50
+def _noise_added(noise: NoiseSource, ghost: bool = False, noise_multiplier: float = 1.5,
+                 max_grad_norm: float = 2.0) -> torch.Tensor:
+    """The update of one DP-SGD step on zero gradients (zero inputs, a layer without bias), times the batch size:
+    minus the noise alone."""
+    layer = nn.Linear(60, 50, bias=False)
+    before = layer.weight.detach().clone()
+    _dpsgd_step(layer, torch.zeros(8, 60), torch.zeros(8, dtype=torch.int64), noise, ghost, noise_multiplier,
+                max_grad_norm)
+    return ((before - layer.weight.detach()) * 8).flatten()
+
+
+def test_ghost_clipping_gives_the_update_of_per_example_clipping():
+    inputs, labels = torch.randn(32, 40) * 3, torch.randint(0, 10, (32,))
+    updates = []
+    for ghost_clipping in (False, True):
+        torch.manual_seed(0)
+        layer = nn.Linear(40, 10)
+        _dpsgd_step(layer, inputs, labels, ReproducibleNoise(1), ghost_clipping, 1.0, max_grad_norm=0.05)
+        updates.append(torch.cat([weight.detach().flatten() for weight in layer.parameters()]))
+    assert torch.allclose(updates[0], updates[1], atol=1e-6)  # same clipping, same noise
+
+
+def test_ghost_clipping_applies_to_linear_layers_only():
+    assert ghost_clipping_applies(nn.Linear(4, 2))
+    assert ghost_clipping_applies(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)))
+    assert not ghost_clipping_applies(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4, 2)))
+    frozen_conv = nn.Sequential(nn.Conv2d(1, 4, 3).requires_grad_(False), nn.Flatten(), nn.Linear(4, 2))
+    assert ghost_clipping_applies(frozen_conv)  # only the layers that learn count
+
+
+@pytest.mark.parametrize("ghost", [False, True])
+def test_private_dpsgd_noise_has_the_planned_std_and_is_not_the_seeded_one(ghost: bool):
+    noise = _noise_added(SecureNoise(), ghost)
+    assert len(noise) == 60 * 50
     assert scipy.stats.kstest(noise.double().numpy() / 3.0, "norm").pvalue > 1e-4  # std 1.5 * 2.0
     assert noise.std().item() == pytest.approx(3.0, rel=0.06)
     for seed in (0, 1):  # Opacus' noise from the seeded generator the old code used
         seeded = torch.normal(0, 3.0, (len(noise),), generator=torch.Generator().manual_seed(seed))
         assert not torch.allclose(noise, seeded, atol=1.0)
-    assert not torch.equal(noise, _noise_added(SecureNoise()))
+    assert not torch.equal(noise, _noise_added(SecureNoise(), ghost))
     # the debug mode repeats its noise (up to the float rounding of different initial weights)
-    assert torch.allclose(_noise_added(ReproducibleNoise(5)), _noise_added(ReproducibleNoise(5)), atol=1e-5)
+    assert torch.allclose(_noise_added(ReproducibleNoise(5), ghost), _noise_added(ReproducibleNoise(5), ghost),
+                          atol=1e-4)
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:

@@ -120,7 +120,8 @@ def test_heads_are_padded_only_to_the_largest_partition_of_their_group():
             assert counts[row] == len(parts[member])
 
 
-@pytest.mark.parametrize("options, message", [({"heads_only": True}, "give one with --init"),
+@pytest.mark.parametrize("options, message", [({"heads_only": True}, "give a pretrained encoder"),
+                                              ({"init": "scatter"}, "add --heads-only"),
                                               ({"heads_only": True, "init": "e", "augment_shift": 2},
                                                "drop --augment-shift"),
                                               ({"weight_decay": -1.0}, "weight-decay must be at least 0")])

@@ -115,8 +115,10 @@ def train_teacher_command(
     augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "
                                                      "(0: off; small partitions gain about a point)"),
     init: Optional[Path] = typer.Option(None, help="start every teacher from this pretrained encoder's weights "
-                                                   "(a `dpdistill pretrain` directory) instead of random ones"),
-    heads_only: bool = typer.Option(False, help="ensemble members are linear heads on the frozen --init encoder, "
+                                                   "(a `dpdistill pretrain` directory) instead of random ones; "
+                                                   "with --heads-only, 'scatter': heads on scattering features "
+                                                   "(no encoder, no public images)"),
+    heads_only: bool = typer.Option(False, help="ensemble members are linear heads on the frozen --init features, "
                                                 "all trained at once (full batch, max(epochs, min-steps) steps): "
                                                 "thousands of members in a minute"),
     weight_decay: float = typer.Option(0.0, min=0.0, help="L2 penalty of Adam"),

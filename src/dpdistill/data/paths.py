@@ -8,13 +8,21 @@ from pathlib import Path
 FMNIST_DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-def data_home() -> Path:
-    """Folder for fetched data: $DPDISTILL_HOME/data, with DPDISTILL_HOME defaulting to ~/.cache/dpdistill.
+def dpdistill_home() -> Path:
+    """$DPDISTILL_HOME, by default ~/.cache/dpdistill: an environment variable rather than a fixed path, so tests
+    and shared machines can point elsewhere."""
+    return Path(os.environ.get("DPDISTILL_HOME") or Path.home() / ".cache" / "dpdistill").expanduser()
 
-    An environment variable rather than a fixed path, so tests and shared machines can point elsewhere.
-    """
-    home = os.environ.get("DPDISTILL_HOME") or Path.home() / ".cache" / "dpdistill"
-    return Path(home).expanduser() / "data"
+
+def data_home() -> Path:
+    """Folder for fetched data: $DPDISTILL_HOME/data."""
+    return dpdistill_home() / "data"
+
+
+def features_home() -> Path:
+    """Folder for fixed transforms' outputs of data sets (scattering coefficients): $DPDISTILL_HOME/features.
+    They are as private as the images they come from and stay beside them, never in a release."""
+    return dpdistill_home() / "features"
 
 
 def fmnist_dir() -> Path:

@@ -33,6 +33,11 @@ def features(model: Classifier, images: Tensor, batch_size: int = 1024, device: 
     return _in_batches(model, model.features, images, batch_size, device)
 
 
+def outputs(module: nn.Module, images: Tensor, batch_size: int = 1024, device: str | torch.device = "cpu") -> Tensor:
+    """module(images), computed in eval mode in batches: a frozen encoder's or a fixed transform's outputs."""
+    return _in_batches(module, module, images, batch_size, device)
+
+
 def predict(model: nn.Module, images: Tensor, batch_size: int = 1024, device: str | torch.device = "cpu") -> Tensor:
     """Predicted classes (see `probabilities`)."""
     return probabilities(model, images, batch_size, device).argmax(1)

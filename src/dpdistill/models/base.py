@@ -15,6 +15,12 @@ class Classifier(nn.Module):
     head: nn.Module
     fixed_backbone = False  # a backbone without parameters (a fixed transform): head-only training needs no encoder
 
+    def fixed_split(self) -> tuple[nn.Module, nn.Module] | None:
+        """(a leading fixed transform: no parameters, no state, nothing learnt from data; the layers after it), so
+        private training computes the transform once per data set and trains the rest on its output; None when
+        the model starts with learnt layers."""
+        return (self.backbone, self.head) if self.fixed_backbone else None
+
     def features(self, x: Tensor) -> Tensor:
         """Flat (N, F) pre-classifier features."""
         return self.backbone(x)

@@ -20,6 +20,10 @@ from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
 
 
+SCATTER_INIT = "scatter"  # --init value: heads on the fixed scattering transform, no encoder and no public images
+SCATTER_ARCH = "scatter-linear"  # the model whose (parameter-free) backbone gives those features
+
+
 @dataclass(frozen=True)
 class TeacherConfig:
     arch: str = "cnn"
@@ -29,7 +33,8 @@ class TeacherConfig:
     min_steps: int = 0  # at least this many optimizer steps: a small partition gets more epochs
     augment_shift: int = 0  # translate each training batch by up to this many pixels (a few hundred labels
     # go further; 0: off)
-    init: str | None = None  # start from this encoder's weights (`dpdistill pretrain`), not random ones
+    init: str | None = None  # start from this encoder's weights (`dpdistill pretrain`), not random ones; with
+    # heads_only, SCATTER_INIT: the members sit on scattering features
     heads_only: bool = False  # an ensemble's members are linear heads on the frozen encoder `init` (train_heads)
     weight_decay: float = 0.0
     seed: int = 0
@@ -37,8 +42,13 @@ class TeacherConfig:
 
     def __post_init__(self) -> None:
         if self.heads_only and self.init is None:
-            raise ConfigError("heads-only members sit on a frozen pretrained encoder: give one with --init "
-                              "(`dpdistill pretrain` makes it)")
+            raise ConfigError("heads-only members sit on frozen features: give a pretrained encoder with --init "
+                              "(`dpdistill pretrain` makes it), or --init scatter for scattering features")
+        if self.init == SCATTER_INIT:
+            if not self.heads_only:
+                raise ConfigError("--init scatter makes members linear heads on scattering features: add "
+                                  "--heads-only (or train whole members with --arch scatter-cnn)")
+            object.__setattr__(self, "arch", SCATTER_ARCH)  # frozen: the features' model is what is saved
         if self.heads_only and self.augment_shift:
             raise ConfigError("heads-only members learn from the features of the training images as they are "
                               "(computed once): drop --augment-shift")
