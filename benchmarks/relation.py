@@ -29,14 +29,21 @@ def config_of(command: str) -> PrivateTrainingConfig:
     """The PrivateTrainingConfig a `dpdistill train-private ...` command line ran with (its settings only)."""
     words = shlex.split(command)
     options = dict(zip(words[2::2], words[3::2]))
-    values = {}
-    for flag, text in options.items():
-        name = flag.removeprefix("--").replace("-", "_")
-        if name in FIELDS:
-            default = FIELDS[name].default
-            values[name] = type(default)(text) if isinstance(default, (int, float)) and default is not None else text
+    values = {name: _number_or_text(text) for flag, text in options.items()
+              if (name := flag.removeprefix("--").replace("-", "_")) in FIELDS}
     values["epsilon"] = float(values["epsilon"])
     return PrivateTrainingConfig(**values)
+
+
+def _number_or_text(text: str) -> int | float | str:
+    """An option's value as the command line meant it: many settings default to None (the student's default), so
+    their type cannot come from the default."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def main(results: Path) -> None:
