@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ ENSEMBLE_PLAN = "ensemble-plan.json"
 
 def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None) -> dict:
     """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
+    check_out_dir(out_dir)
     dataset = load_dataset(dataset_name)
     model, training = train_classifier(dataset, config, progress)
     save_model(out_dir, model, _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
@@ -65,6 +67,7 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 
+    check_out_dir(out_dir)
     evaluation = load_dataset(dataset_name)
     split = public_split(evaluation, public, public_size)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
@@ -258,27 +261,41 @@ def release_state(out_dir: Path) -> Path:
     return out_dir / PRIVATE_DIR / "resume"
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out that cannot hold a run's files before any work: a file, a path through a file, or a folder
+    (or, when it does not exist yet, its nearest existing parent) this process may not write to."""
+    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out_dir else f"is inside {existing}, which is a file"
+        raise ConfigError(f"--out {out_dir} {where}: give a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out_dir}: {existing} is not writable by this user; choose another --out")
+
+
 @contextlib.contextmanager
 def _exclusive(out_dir: Path):
-    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints. A run that fails
-    before writing anything (a refused budget) leaves behind none of the directories it created."""
+    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints. The lock file goes
+    when the run ends, and a run that fails before writing anything (a refused budget) leaves behind none of the
+    directories it created."""
+    check_out_dir(out_dir)
     created = [directory for directory in (out_dir, *out_dir.parents) if not directory.exists()]  # deepest first
     out_dir.mkdir(parents=True, exist_ok=True)
     lock_path = out_dir / ".lock"
     with open(lock_path, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            if os.fstat(lock.fileno()).st_ino != os.stat(lock_path).st_ino:  # locked a file a finishing run removed
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
             raise ConfigError(f"another dpdistill run is writing to {out_dir}; wait for it or choose another --out") from None
         try:
             yield
-        except BaseException:
-            if created and [path.name for path in out_dir.iterdir()] == [lock_path.name]:
-                lock_path.unlink()
+        finally:
+            lock_path.unlink(missing_ok=True)  # still held: a run starting now waits for nothing it could clash with
+            if not any(out_dir.iterdir()):
                 for directory in created:
                     with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
                         directory.rmdir()
-            raise
 
 
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,

@@ -1,11 +1,13 @@
 """The command line: working paths print results, user mistakes print one clear error and exit 2."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from dpdistill import pipeline
 from dpdistill.cli.main import app
 
 runner = CliRunner()
@@ -255,3 +257,32 @@ def test_pretrain_then_start_an_ensemble_and_a_pate_student_from_the_encoder(dig
                       "200", "--min-steps", "5", "--self-training-rounds", "0", "--out", tmp_path / "pate-heads")
     assert answered.exit_code == 0, answered.output
     assert json.loads((tmp_path / "pate-heads" / "report.json").read_text())["privacy"]["teachers"] == 3
+
+
+@pytest.mark.parametrize("command", [("train-teacher", "--dataset", "digits"),
+                                     ("train-private", "--dataset", "digits", "--epsilon", "1"),
+                                     ("pretrain", "--dataset", "digits")])
+@pytest.mark.parametrize("where, message", [("file", "is a file"), ("file/run", "is inside")])
+def test_an_out_that_cannot_hold_the_run_is_refused_before_any_work(tmp_path: Path, command, where, message):
+    (tmp_path / "file").write_text("mine")
+    result = invoke(*command, "--out", tmp_path / where)
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert "Traceback" not in result.output and (tmp_path / "file").read_text() == "mine"
+
+
+def test_an_unwritable_out_is_refused(tmp_path: Path, monkeypatch):
+    real_access = os.access  # as root every folder is writable: this one is made to say it is not
+    monkeypatch.setattr(pipeline.os, "access", lambda path, mode, **kw: str(path) != str(tmp_path)
+                        and real_access(path, mode, **kw))
+    result = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--out", tmp_path / "new")
+    assert result.exit_code == 2 and "not writable" in result.output and not (tmp_path / "new").exists()
+
+
+def test_runs_leave_no_lock_behind(tmp_path: Path):
+    refused = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--resume", "--out", tmp_path)
+    assert refused.exit_code == 2 and "nothing to resume" in refused.output
+    assert list(tmp_path.iterdir()) == []  # refused after taking the lock: an existing folder stays as it was
+    finished = invoke("train-private", "--dataset", "digits", "--epsilon", "10", "--epochs", "1", "--batch-size",
+                      "256", "--out", tmp_path / "run")
+    assert finished.exit_code == 0, finished.output
+    assert not (tmp_path / "run" / ".lock").exists() and (tmp_path / "run" / "report.json").exists()
