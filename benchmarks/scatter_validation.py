@@ -4,7 +4,7 @@
 
 Fashion-MNIST's first 50,000 training images train, its last 10,000 validate (written as an .npz in OUT_DIR, by
 default a temporary folder). Each setting runs `train-private --method dpsgd --student-arch scatter-linear` once
-(seed 0) through the Python API and prints a Markdown row with its last-epoch validation accuracy. About 25
+(seed 0) through the Python API and prints a Markdown row with its last-epoch validation accuracy. About 20
 minutes on 2 cores, the scattering pass included (once: the features are kept).
 """
 

@@ -329,8 +329,9 @@ def train_private_command(
     epochs: Optional[int] = typer.Option(None, min=1, help="[default: 3, the benchmarks' dpsgd-eps* rows; 40 for "
                                                           "scatter-*, Tramer & Boneh's recipe]"),
     batch_size: Optional[int] = typer.Option(None, min=1, help="expected batch size (Poisson sampling) [default: "
-                                                               "256; 4096 for scatter-*]"),
-    lr: Optional[float] = typer.Option(None, help="learning rate [default: 1e-3; 4 for scatter-*]"),
+                                                               "256; 8192 for scatter-linear, 4096 for scatter-cnn]"),
+    lr: Optional[float] = typer.Option(None, help="learning rate [default: 1e-3; 8 for scatter-linear, "
+                                                 "4 for scatter-cnn]"),
     optimizer: Optional[str] = typer.Option(None, help="adam or sgd, on the privatised gradient [default: adam; "
                                                        "sgd for scatter-*]"),
     momentum: Optional[float] = typer.Option(None, help="sgd's momentum [default: 0; 0.9 for scatter-*]"),

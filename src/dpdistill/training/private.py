@@ -272,9 +272,11 @@ def poisson_loader(dataset: TensorDataset, plan: PrivatePlan, noise: NoiseSource
 
 class _NoiseFromSource:
     """Opacus' noise step (Gaussian noise on the clipped gradient sum) drawn from a NoiseSource: secure mode's
-    noise (sum of four normals from secure bits) without torchcsprng."""
+    noise (sum of four normals from secure bits) without torchcsprng. Mixed into an Opacus DP optimizer."""
 
-    noise: NoiseSource
+    def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseSource, **kwargs: Any) -> None:
+        super().__init__(optimizer, **kwargs)
+        self.noise = noise
 
     def add_noise(self) -> None:
         std = self.noise_multiplier * self.max_grad_norm
@@ -288,18 +290,10 @@ class _NoiseFromSource:
 class NoiseSourceDPOptimizer(_NoiseFromSource, DPOptimizer):
     """Opacus' DPOptimizer (flat clipping of materialised per-example gradients), noise from a NoiseSource."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseSource, **kwargs: Any) -> None:
-        super().__init__(optimizer, **kwargs)
-        self.noise = noise
-
 
 class NoiseSourceGhostClippingOptimizer(_NoiseFromSource, DPOptimizerFastGradientClipping):
     """Opacus' optimizer for ghost clipping (the gradient it receives is already the clipped sum), noise from a
     NoiseSource."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, *, noise: NoiseSource, **kwargs: Any) -> None:
-        super().__init__(optimizer, **kwargs)
-        self.noise = noise
 
 
 def ghost_clipping_applies(module: nn.Module) -> bool:
