@@ -1,6 +1,6 @@
 """What the M = 1,000 heads' answers can teach at sound epsilon 1, and two other ways to aggregate such heads.
 
-    .venv/bin/python benchmarks/head_aggregation.py [HEADS_DIR]
+    .venv/bin/python benchmarks/experiments/head_aggregation.py [HEADS_DIR]
 
 HEADS_DIR defaults to the harness's `runs/bench/teachers-1000-heads-long-fmnist/seed0` (its encoder is read from
 the ensemble). About 80 s on 2 cores. Three parts, each on the 5,000 public test images (answers) and the

@@ -1,6 +1,6 @@
 """The search behind scatter-linear's DP-SGD defaults, on a validation split: the test set is never read.
 
-    .venv/bin/python benchmarks/scatter_validation.py [OUT_DIR]
+    .venv/bin/python benchmarks/experiments/scatter_validation.py [OUT_DIR]
 
 Fashion-MNIST's first 50,000 training images train, its last 10,000 validate (written as an .npz in OUT_DIR, by
 default a temporary folder). Each setting runs `train-private --method dpsgd --student-arch scatter-linear` once

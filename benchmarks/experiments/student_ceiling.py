@@ -1,6 +1,6 @@
 """What could the epsilon-10 PATE student reach with better answers? Fashion-MNIST.
 
-    .venv/bin/python benchmarks/student_ceiling.py [ANSWERS [TEACHER_DIR [ENCODER_DIR]]]
+    .venv/bin/python benchmarks/experiments/student_ceiling.py [ANSWERS [TEACHER_DIR [ENCODER_DIR]]]
 
 The row `pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist` (seed 0) asks its ensemble about 500 public
 images and trains a FixMatch student, from the 4,800-step encoder, on them and the rest of the public pool. This

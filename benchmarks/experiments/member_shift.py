@@ -1,6 +1,6 @@
 """Does training on shifted images help an ensemble's small members? Two members per setting, Fashion-MNIST.
 
-    .venv/bin/python benchmarks/member_shift.py
+    .venv/bin/python benchmarks/experiments/member_shift.py
 
 Prints, for partitions of M = 250 and M = 100 (240 and 600 images), each setting's member test accuracies and
 seconds per member: no shift vs shifts of up to 2 pixels, at 300 and 800 optimizer steps.

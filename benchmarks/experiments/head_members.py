@@ -1,6 +1,6 @@
 """How many heads on the frozen encoder, and how many answers at a sound epsilon? Fashion-MNIST.
 
-    .venv/bin/python benchmarks/head_members.py [ENCODER_DIR]
+    .venv/bin/python benchmarks/experiments/head_members.py [ENCODER_DIR]
 
 ENCODER_DIR defaults to the harness's `runs/bench/pretrain-fmnist/seed0` (row `pretrain-fmnist`). For M heads
 (the `teachers-1000-heads-*` recipe: Adam 0.01, weight decay 0.01, 300 full-batch steps), prints the members'
