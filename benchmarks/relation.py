@@ -7,7 +7,8 @@ replace-one, and their epsilon is the same under add/remove (one example changes
 way). This script replans each `train-private --method dpsgd` row of `benchmarks/results.json` from its own
 command (same data-set size, batch size, epochs and budget, so the same noise multiplier, sampling rate and steps)
 and prints its epsilon under add/remove (what the row's budget fixed) and under replace-one (dp-accounting PLD,
-delta 1e-5): a Markdown table for BENCHMARKS.md. About a minute on 2 cores.
+delta 1e-5) as a Markdown table. It also writes them to `relation.json` beside RESULTS_JSON, from which
+`benchmarks/run.py` renders the accounting table of BENCHMARKS.md. About a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main(results: Path) -> None:
     rows = [row for row in json.loads(results.read_text())
             if row["command"] and " train-private " in f" {row['command']} " and "--method dpsgd" in row["command"]]
     sizes: dict[str, int] = {}
+    table: dict[str, dict] = {}
     print("| row | add/remove epsilon (the budget) | replace-one epsilon | noise multiplier | sampling rate | steps |")
     print("| --- | --- | --- | --- | --- | --- |")
     for row in rows:
@@ -62,6 +64,10 @@ def main(results: Path) -> None:
                                     relation=REPLACE_ONE)
         print(f"| `{row['run']}` | {row['epsilon']:.4g} | {replace_one:.4g} | {query.noise_multiplier:.4g} | "
               f"{query.sample_rate:.4g} | {plan.steps} |", flush=True)
+        table[row["run"]] = {"add_remove": row["epsilon"], "replace_one": replace_one,
+                             "noise_multiplier": query.noise_multiplier, "sample_rate": query.sample_rate,
+                             "steps": plan.steps}
+    (results.parent / "relation.json").write_text(json.dumps(table, indent=1) + "\n")
 
 
 if __name__ == "__main__":

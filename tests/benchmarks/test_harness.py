@@ -29,8 +29,14 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     label = rows["dpsd-label-eps1-digits"]
     assert 0.99 < label["epsilon"] <= 1.0 and label["peak_rss_mb"] > 50 and label["wall_seconds"] > 0
     assert abs(sum(label["phase_fractions"].values()) - 1) < 1e-6
-    text = markdown.read_text()
-    assert text.startswith("# Benchmarks\n\nwritten by hand") and "| upper bound (no privacy) |" in text
+    text = markdown.read_text()  # the headline: rows chosen by name, the hand-written text kept around it
+    assert text.startswith("# Benchmarks\n\nwritten by hand") and "### Routes, digits" in text
+    assert "| `upper-bound-digits` |" in text and "| `dpsd-label-eps1-digits` |" in text
+    assert "| upper bound (no privacy) |" not in text  # the group column lives in the full table only
+    assert "(bench/results.md#commands)" in text and "(bench/privacy_accuracy.png)" in text
+    full = (tmp_path / "bench" / "results.md").read_text()  # every row, its phases and its command
+    assert "| upper bound (no privacy) | `upper-bound-digits` |" in full and "\n## Commands\n" in full
+    assert "- `dpsd-label-eps1-digits`: `dpdistill transcribe " in full
     assert (tmp_path / "bench" / "privacy_accuracy.png").exists()
 
     report = tmp_path / "bench" / "upper-bound-digits" / "seed0" / "report.json"
@@ -156,6 +162,47 @@ def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_i
                          str(tmp_path / "bench"), "--markdown", str(markdown)]) == 0
     assert json.loads((directory / "measured.json").read_text())["resumed"] is True
     assert len(json.loads((directory / "report.json").read_text())["members"]) == 10
-    assert "(resumed: last part)" in markdown.read_text()
+    assert "(resumed: last part)" in (tmp_path / "bench" / "results.md").read_text()
     pate = json.loads((tmp_path / "bench" / "pate-10-eps1-q200-digits" / "seed0" / "report.json").read_text())
     assert pate["privacy"]["teachers"] == 10 and 0.99 < pate["privacy"]["epsilon"] <= 1
+
+
+def test_the_headline_names_rows_of_the_table_and_stays_a_short_report():
+    harness = _harness()
+    names = {run.name for run in harness.table(("fmnist", "mnist"), 1)}
+    chosen = [target.row for target in harness.TARGETS]
+    chosen += [name.format(d=d) for d in ("fmnist", "mnist") for *_, names_ in harness.ROUTES for name in names_]
+    chosen += [name.format(d=d) for d in ("fmnist", "mnist") for *_, name in harness.PAPER_ROWS]
+    # every target and paper row is a row of the table; a route may list a row one data set lacks, not both
+    assert {target.row for target in harness.TARGETS} <= names
+    assert all(name.format(d="fmnist") in names or name.format(d="mnist") in names
+               for *_, names_ in harness.ROUTES for name in names_)
+    assert [name for name in chosen if "{" in name] == []
+
+    rows = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    relation = json.loads((ROOT / "benchmarks" / "relation.json").read_text())
+    text = harness.render_headline(rows, False, "benchmarks/privacy_accuracy.png", "benchmarks/results.md", relation)
+    assert len(text) <= harness.HEADLINE_LIMIT
+    assert text.startswith(harness.BEGIN) and text.endswith(harness.END)
+    assert "| `dpsgd-scatter-linear-eps1-fmnist` | 0,1,2 | 88.26 ± 0.33 | 0.999 (add/remove) |" in text
+    assert "| `dpsgd-scatter-linear-eps1-fmnist` | 0.999 | 2.119 |" in text  # the same row under replace-one
+    assert "| DPSD data mode (seed 000) | 10 | `dpsd-data-paper-fmnist` | 90.08 | 8.07 ± 3.34 |" in text
+    # BENCHMARKS.md as committed: the generated section is the published one, and the file a short report
+    published = (ROOT / "BENCHMARKS.md").read_text()
+    assert len(published) <= 25_000 and published.count(harness.BEGIN) == 1
+
+
+def test_a_target_is_met_or_missed_by_its_gap():
+    harness = _harness()
+    row = {"run": "r", "dataset": "fmnist", "seeds": [0, 1], "accuracy_mean": 87.5, "accuracy_std": 0.5,
+           "wall_seconds": 700.0, "privacy_mode": "none", "epsilon": None, "covered": None, "command": "",
+           "paper_accuracy": None, "paper_epsilon": None}
+    harness.TARGETS, saved = (harness.Target("accuracy", "r", 88), harness.Target("time", "r", 600, "wall"),
+                              harness.Target("absent", "s", 1)), harness.TARGETS
+    try:
+        text = harness.render_headline([row], False, None, "results.md", {})
+    finally:
+        harness.TARGETS = saved
+    assert "| accuracy | `r` | 0,1 | 87.50 ± 0.50 | missed by 0.50 points |" in text
+    assert "| time | `r` | 0,1 | 700 s | missed by 100 s |" in text
+    assert "| absent | `s` | — | not run | — |" in text
