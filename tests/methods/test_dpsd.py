@@ -8,8 +8,8 @@ import torch
 
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
-from dpdistill.methods.dpsd import AnswerJournal, DPSDTranscriber
-from dpdistill.methods.state import save_state
+from dpdistill.methods.engine import AnswerJournal, TranscriptionEngine
+from dpdistill.training.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
@@ -151,13 +151,13 @@ def test_a_resumed_run_serves_released_answers_from_its_journal_and_never_asks_a
 
     first = CountingTeacher(teacher)
     with pytest.raises(KeyboardInterrupt):
-        DPSDTranscriber(config, first, shape, 10, work_dir=tmp_path, progress=interrupt).run()
+        TranscriptionEngine(config, first, shape, 10, work_dir=tmp_path, progress=interrupt).run()
     assert first.answered == 8 * batch
     with pytest.raises(ConfigError, match="interrupted run"):  # a fresh start would ask again
-        DPSDTranscriber(config, CountingTeacher(teacher), shape, 10, work_dir=tmp_path).run()
+        TranscriptionEngine(config, CountingTeacher(teacher), shape, 10, work_dir=tmp_path).run()
 
     second, records = CountingTeacher(teacher), []
-    resumed = DPSDTranscriber(config, second, shape, 10, work_dir=tmp_path, progress=records.append)
+    resumed = TranscriptionEngine(config, second, shape, 10, work_dir=tmp_path, progress=records.append)
     annotated, annotate = [], resumed.annotator.annotate
     resumed.annotator.annotate = lambda *logits: annotated.append(resumed.iteration) or annotate(*logits)
     result = resumed.run(resume=True)
@@ -174,7 +174,7 @@ def test_a_checkpoint_without_an_answer_journal_is_refused(digits_teacher: Path,
     """An older dpdistill seeded its noise and journaled nothing: its answers since the checkpoint are unknown."""
     teacher, meta = load_teacher(digits_teacher)
     save_state(tmp_path / "resume", {"iteration": 5, "noise_rng": torch.zeros(8, dtype=torch.uint8)})
-    transcriber = DPSDTranscriber(_config("data", iterations=10), teacher, tuple(meta["in_shape"]), 10,
+    transcriber = TranscriptionEngine(_config("data", iterations=10), teacher, tuple(meta["in_shape"]), 10,
                                   work_dir=tmp_path)
     with pytest.raises(CheckpointError, match="older dpdistill"):
         transcriber.run(resume=True)
