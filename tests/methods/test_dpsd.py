@@ -83,15 +83,15 @@ def test_interrupted_run_resumes_to_the_same_result(digits_teacher: Path, tmp_pa
 
 def test_a_run_never_answers_past_its_budget(digits_teacher: Path, tmp_path: Path, monkeypatch):
     config = _config("data", iterations=10)
-    from dpdistill.methods import dpsd
+    from dpdistill.methods import engine
 
-    real_plan = dpsd.plan_privacy
+    real_plan = engine.plan_privacy
 
     def short_plan(*args, **kwargs):  # a cap below the plan, as after a budget change on resume
         plan = real_plan(*args, **kwargs)
         return type(plan)(plan.request, plan.query, plan.planned_queries, 5 * 64, plan.num_classes, plan.batch_size)
 
-    monkeypatch.setattr(dpsd, "plan_privacy", short_plan)
+    monkeypatch.setattr(engine, "plan_privacy", short_plan)
     seen = []
     with pytest.raises(BudgetExceededError):
         transcribe(digits_teacher, config, tmp_path, "digits", progress=lambda r: seen.append(r["queries"]))
