@@ -129,7 +129,8 @@ class TranscriptionConfig:
 
 
 def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
-    """The seeds' published settings. DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
+    """The seeds' published settings: what the three share here, then the method's own `paper_settings`
+    (methods/dpsd.py, dpdfd.py, srr.py). DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
     k 3. DPDFD (seed 002) states sigma 100 (its best, Tab. 5) and a small norm bound C (Fig. 2): the same
     sigma, C and loop sizes, without top-k. SRR (seed 001) states only the threshold and loss weights (its
     method defaults): DPSD's b and T, and eps as the per-query randomized-response budget under paper accounting.

@@ -21,7 +21,7 @@ class DPDFDDirect(PrivateTrainingMethod):
     summary = "DPDFD's noisy output-gradient targets on the private data (no formal guarantee for the student)"
     paper = "Model Conversion via Differentially Private Data-Free Distillation, IJCAI 2023 (seed 002), Tab. 4"
     covers = "the released noisy output gradients"
-    student_reads = UncoveredRead(
+    student_read = UncoveredRead(
         "the private inputs, by the student's update (d logits / d weights)",
         "NO formal guarantee: the student's update depends on the private inputs through d logits / d weights, which "
         "the output-gradient mechanism does not bound; the stated epsilon covers only the released noisy output "

@@ -26,7 +26,7 @@ class PrivateTrainingMethod(Method):
     needs = Needs.PRIVATE_DATA
     command = "train-private"
     covers: ClassVar[str]  # what the guarantee covers when the noise is secret
-    student_reads: ClassVar[UncoveredRead | None] = None  # the student's own unprotected read of the private data
+    student_read: ClassVar[UncoveredRead | None] = None  # the student's own unprotected read of the private data
 
     def plan(self, source: Source, config: PrivateTrainingConfig, out_dir: Path,
              progress: Progress | None) -> "PrivateTrainingJob":
@@ -62,8 +62,9 @@ class PrivateTrainingJob(Job):
     def run(self, resume: bool) -> Outcome:
         config, dataset, method = self.config, self.dataset, self.method
         result = self.trainer.run(resume)
-        reads = reproducible_noise_read(config.reproducible_noise) + ([method.student_reads]
-                                                                      if method.student_reads else [])
+        reads = reproducible_noise_read(config.reproducible_noise)
+        if method.student_read is not None:
+            reads.append(method.student_read)
         meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
         report = {"dataset": config.dataset,
                   "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
