@@ -10,7 +10,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -32,7 +32,8 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
                                        write_ensemble_description, write_partition_key)
 from dpdistill.privacy.ledger import coverage as privacy_coverage
 from dpdistill.reporting.report import write_json
-from dpdistill.runs import (ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, execute, saved_config)
+from dpdistill.runs import (ENSEMBLE_STATE, Progress, check_out_dir, claim_out_dir, exclusive, execute,
+                            saved_config)
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "train_private", "evaluate",
            "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage"]
 
-Progress = Callable[[dict], None]
 ENSEMBLE_PLAN = "ensemble-plan.json"
 
 

@@ -17,9 +17,7 @@ from typing import Any, Callable, ClassVar
 from torch import nn
 
 from dpdistill.privacy.ledger import Release, UncoveredRead
-
-Progress = Callable[[dict], None]
-
+from dpdistill.runs import Progress
 
 class Needs(str, Enum):
     """What a method learns from: the release it protects is made from this."""
