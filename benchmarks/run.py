@@ -440,8 +440,10 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--teacher", str(out / run.teacher_row() / "seed0")]
     if run.encoder:
         command += ["--init" if run.command == "train-teacher" else "--student-init", str(out / run.encoder / "seed0")]
-    if (directory / "resume").exists():  # every command keeps its unfinished state there
+    if (directory / "resume").exists() or (directory / "private" / "resume").exists():  # unfinished state
         command.append("--resume")
+    elif (directory / "report.json").exists():  # finished, but its measurement was lost: run it again
+        command.append("--overwrite")
     command += [*run.args, *(run.quick_args if quick else ())]  # a repeated option: the last one counts
     print(f"[{time.strftime('%H:%M:%S')}] {run.name} seed {seed}: {' '.join(command[3:])}", flush=True)
     started = time.perf_counter()
@@ -453,7 +455,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         return None
     measured.write_text(json.dumps({"wall_seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024,
                                     "resumed": "--resume" in command,  # the wall time is then the last part's
-                                    "command": " ".join(["dpdistill", *(part for part in command[3:] if part != "--resume")])}))
+                                    "command": " ".join(["dpdistill", *(part for part in command[3:]
+                                                                        if part not in ("--resume", "--overwrite"))])}))
     return _load(run, seed, directory)
 
 

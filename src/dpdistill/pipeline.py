@@ -1,55 +1,64 @@
-"""End-to-end jobs shared by the CLI and the demo: train a teacher, transcribe it, evaluate a model."""
+"""End-to-end jobs shared by the CLI, the demo and the Python API: train a teacher, run a method, evaluate a model.
+
+Every method runs through one lifecycle (runs.py); the functions here keep the signatures callers rely on.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
-import os
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from safetensors.torch import save_file
+from torch import Tensor
 
-from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
-from dpdistill.errors import ConfigError, DatasetError
-from dpdistill.evaluation.metrics import accuracy, predict
+from dpdistill.evaluation.metrics import accuracy
+from dpdistill.methods.base import Source
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.methods.dpsd import DPSDTranscriber
+from dpdistill.methods.teachers import classifier_meta, evaluation_set
+from dpdistill.methods.transcription import COVERS, uncovered_reads
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
-                                       HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
-                                       load_teacher, member_directory, plurality_counts, read_partition_key,
-                                       save_head_ensemble, write_ensemble_description, write_partition_key)
-from dpdistill.privacy.ledger import Release, ReleaseLedger
-from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
-                                        write_transcription_report)
+                                       HeadEnsemble, MemberEnsemble, TeacherEnsemble, member_directory,
+                                       plurality_counts, read_partition_key, save_head_ensemble,
+                                       write_ensemble_description, write_partition_key)
+from dpdistill.privacy.ledger import coverage as privacy_coverage
+from dpdistill.reporting.report import write_json
+from dpdistill.runs import (ENSEMBLE_STATE, Progress, check_out_dir, claim_out_dir, exclusive, execute,
+                            saved_config)
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
+    from dpdistill.methods.pate import PateConfig
+    from dpdistill.training.private import PrivateTrainingConfig
     from dpdistill.training.self_supervised import ContrastiveConfig
 
-Progress = Callable[[dict], None]
+__all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "train_private", "evaluate",
+           "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage"]
+
 ENSEMBLE_PLAN = "ensemble-plan.json"
 
 
-def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None) -> dict:
+def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None,
+                  overwrite: bool = False) -> dict:
     """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
-    check_out_dir(out_dir)
+    with exclusive(out_dir):
+        claim_out_dir(out_dir, False, overwrite, False, "teacher training")
+        return _train_teacher(dataset_name, out_dir, config, progress)
+
+
+def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None) -> dict:
     dataset = load_dataset(dataset_name)
     model, training = train_classifier(dataset, config, progress)
-    save_model(out_dir, model, _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
+    save_model(out_dir, model, classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
@@ -59,19 +68,25 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
 
 
 def pretrain(dataset_name: str, public: str | None, public_size: int, config: "ContrastiveConfig", out_dir: Path,
-             progress: Progress | None = None) -> dict:
+             progress: Progress | None = None, overwrite: bool = False) -> dict:
     """Contrastive pretraining on PATE's public pool (the same `public` and `public_size` images a PATE run on
     `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
     that `train-teacher --init`, `pate --student-init` and `train-private --student-init` start from, and
     report.json."""
+    with exclusive(out_dir):
+        claim_out_dir(out_dir, False, overwrite, False, "pretraining")
+        return _pretrain(dataset_name, public, public_size, config, out_dir, progress)
+
+
+def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "ContrastiveConfig", out_dir: Path,
+              progress: Progress | None) -> dict:
     from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 
-    check_out_dir(out_dir)
     evaluation = load_dataset(dataset_name)
     split = public_split(evaluation, public, public_size)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
-    meta = {**_classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
+    meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
             "kind": "encoder", "pretrained_on": split.description}
     save_model(out_dir, encoder, meta, name=ENCODER)
     report = {"method": "contrastive pretraining (SimCLR)", "dataset": dataset_name, "public": split.description,
@@ -84,7 +99,7 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
 
 def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                            alpha: float | None = None, progress: Progress | None = None,
-                           resume: bool = False) -> dict:
+                           resume: bool = False, overwrite: bool = False) -> dict:
     """Train one teacher per disjoint partition of the training split into `out_dir/member-XXX/`, then mark
     `out_dir` as an ensemble; report each member's and the ensemble's accuracy.
 
@@ -94,16 +109,16 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
 
     Members are kept as they finish (hundreds of them take hours): with `resume`, an interrupted run continues
     with its saved settings and partition key after the last finished member."""
-    with _exclusive(out_dir):
+    with exclusive(out_dir):
+        claim_out_dir(out_dir, resume, overwrite, interrupted_ensemble(out_dir) is not None, "ensemble training")
         return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume)
 
 
 def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                             alpha: float | None, progress: Progress | None, resume: bool) -> dict:
-    state = out_dir / "resume"
+    state = out_dir / ENSEMBLE_STATE
     plan_path = state / ENSEMBLE_PLAN
     plan = interrupted_ensemble(out_dir)
-    _check_resume(out_dir, state, resume, plan is not None, "ensemble training")
     if resume:
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
@@ -124,7 +139,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         state.mkdir(parents=True)
         write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
                                "config": dataclasses.asdict(config)})
-    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
     members, models = [], []
     for index, part in enumerate(parts):
         record_path = state / f"member-{index:03d}.json"
@@ -175,7 +190,7 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
     training_seconds = time.perf_counter() - started
     test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
-    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
     save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
                        {"partition": partition, "dataset": dataset_name, "arch": config.arch,
                         "test_accuracy": test_accuracy})
@@ -210,7 +225,7 @@ def _ensemble_report(dataset: ImageDataset, config: TeacherConfig, partition: di
 
 def interrupted_ensemble(out_dir: Path) -> dict | None:
     """The settings of the unfinished ensemble training in `out_dir` (dataset, partitions, alpha, config), if any."""
-    plan_path = out_dir / "resume" / ENSEMBLE_PLAN
+    plan_path = out_dir / ENSEMBLE_STATE / ENSEMBLE_PLAN
     return json.loads(plan_path.read_text()) if plan_path.exists() else None
 
 
@@ -231,287 +246,62 @@ def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, devic
     return mean_accuracy, vote_accuracy, member_correct / len(dataset.y_test)
 
 
-def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
-    """The description saved beside a classifier's weights, enough to rebuild it."""
-    return {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
-            "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
-            "dpdistill_version": __version__}
-
-
-def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
-    dataset = load_dataset(name)
-    if tuple(dataset.input_shape) != tuple(in_shape) or dataset.num_classes != num_classes:
-        raise DatasetError(
-            f"dataset {name!r} has inputs {dataset.input_shape} and {dataset.num_classes} classes, but the model "
-            f"expects {tuple(in_shape)} and {num_classes}"
-        )
-    return dataset
-
-
-def _check_resume(out_dir: Path, state_dir: Path, resume: bool, resumable: bool, what: str) -> None:
-    """Refuse `--resume` with nothing to resume, and a fresh start over an unfinished run's state in `state_dir`."""
-    if resume and not resumable:
-        raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
-    if not resume and state_dir.exists():
-        raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, or choose another --out")
-
-
-def release_state(out_dir: Path) -> Path:
-    """Where a release run keeps what it needs to resume (checkpoints, raw answers): private, never published."""
-    return out_dir / PRIVATE_DIR / "resume"
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an --out that cannot hold a run's files before any work: a file, a path through a file, or a folder
-    (or, when it does not exist yet, its nearest existing parent) this process may not write to."""
-    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
-    if not existing.is_dir():
-        where = "is a file" if existing == out_dir else f"is inside {existing}, which is a file"
-        raise ConfigError(f"--out {out_dir} {where}: give a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out_dir}: {existing} is not writable by this user; choose another --out")
-
-
-@contextlib.contextmanager
-def _exclusive(out_dir: Path):
-    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints. The lock file goes
-    when the run ends, and a run that fails before writing anything (a refused budget) leaves behind none of the
-    directories it created."""
-    check_out_dir(out_dir)
-    created = [directory for directory in (out_dir, *out_dir.parents) if not directory.exists()]  # deepest first
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = out_dir / ".lock"
-    with open(lock_path, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.fstat(lock.fileno()).st_ino != os.stat(lock_path).st_ino:  # locked a file a finishing run removed
-                raise BlockingIOError
-        except (BlockingIOError, FileNotFoundError):
-            raise ConfigError(f"another dpdistill run is writing to {out_dir}; wait for it or choose another --out") from None
-        try:
-            yield
-        finally:
-            lock_path.unlink(missing_ok=True)  # still held: a run starting now waits for nothing it could clash with
-            if not any(out_dir.iterdir()):
-                for directory in created:
-                    with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
-                        directory.rmdir()
-
-
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
-               resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    """Convert the teacher in `teacher_dir` into a private student and generator in `out_dir`.
+               resume: bool = False, progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Convert the teacher in `teacher_dir` into a private student and generator in `out_dir` with the data-free
+    method `config.method` (dpsd, dpdfd or srr).
 
     The dataset is read only for its test split, to report accuracies. With `resume`, the configuration saved
     in `out_dir` is used and the run continues from its last checkpoint with the budget it had spent.
     """
-    with _exclusive(out_dir):
-        return _transcribe(teacher_dir, config, out_dir, dataset_name, resume, progress)
+    from dpdistill.methods.registry import transcription_method
+
+    method = transcription_method(_saved_method(out_dir, resume, config.method))
+    return execute(method, Source(teacher_dir, dataset_name), config, out_dir, resume, overwrite, progress)
 
 
-def _transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None,
-                resume: bool, progress: Progress | None) -> dict[str, Any]:
-    teacher, meta = load_teacher(teacher_dir)
-    config_path = out_dir / "config.json"
-    _check_resume(out_dir, release_state(out_dir), resume, config_path.exists(), "transcription")
-    if resume:
-        config = TranscriptionConfig.from_dict(json.loads(config_path.read_text()))
-    if isinstance(teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
-        config = dataclasses.replace(config, privacy=dataclasses.replace(config.privacy, teachers=len(teacher)))
-    in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
-    dataset_name = dataset_name or meta.get("dataset")
-    dataset = _evaluation_set(dataset_name, in_shape, num_classes) if dataset_name else None
-    # DPSD, DPDFD and SRR share one loop; their differences are configuration (methods/config.py METHOD_DEFAULTS)
-    transcriber = DPSDTranscriber(config, teacher, in_shape, num_classes, dataset, out_dir / PRIVATE_DIR, progress)
-    ledger = ReleaseLedger(teacher_dir)
-    ledger.reserve(out_dir, config.method, Release.of_plan(transcriber.plan, transcriber.plan.planned_queries), resume)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(config_path, config.to_dict())
-    result = transcriber.run(resume=resume)
-    spent = ledger.settle(out_dir, config.method, Release.of_plan(result.plan, result.answered))
+def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool = False,
+         progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """PATE on public images (methods/pate.py): the ensemble in `teacher_dir` labels public images through noisy
+    votes, and a student learns from them. With `resume`, the run saved in `out_dir` continues from its released
+    answers with its saved settings, without asking the ensemble again."""
+    from dpdistill.methods.registry import method_named
 
-    student_meta = _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name)
-    generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
-                      "width": list(config.generator_width), "dataset": dataset_name, "dpdistill_version": __version__}
-    save_model(out_dir, result.student, student_meta, name="student")
-    save_model(out_dir, result.generator, generator_meta, name="generator")
-    save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
-
-    with torch.no_grad():
-        samples = result.generator(result.latents[:64])
-    sample_labels = predict(result.student, samples, device=config.device).tolist()
-    privacy = result.privacy_summary()
-    privacy["covered"] = coverage(config)
-    declare_partition(privacy, meta.get("ensemble"))
-    privacy["ledger"] = ledger.standing(spent)
-    queries = max(result.answered, 1)
-    report = {
-        "method": config.method,
-        "privacy_mode": config.privacy.mode,
-        "dataset": dataset_name,
-        "privacy": privacy,
-        "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
-        "timing": {"wall_seconds": result.wall_seconds, "samples_per_second": queries / max(result.wall_seconds, 1e-9),
-                   "phases": result.phase_seconds},
-        "config": config.to_dict(),
-        "seed": config.seed,
-        "history": result.history,
-        "dpdistill_version": __version__,
-    }
-    write_transcription_report(out_dir, report, samples, sample_labels, result.history)
-    write_private_record(out_dir, {"accuracy": {
-        "teacher": _teacher_accuracy(teacher, meta, dataset, dataset_name, config.device)}})
-    shutil.rmtree(release_state(out_dir), ignore_errors=True)
-    return report
+    return execute(method_named("pate"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
 
 
-def _teacher_accuracy(teacher: nn.Module, meta: dict[str, Any], dataset: ImageDataset | None,
-                      dataset_name: str | None, device: str) -> float | None:
-    """The teacher's test accuracy; an ensemble's as measured when it was trained, on the same data set."""
-    if dataset is None:
-        return None
-    known = meta.get("ensemble", {})
-    if "test_accuracy" in known and known.get("dataset") == dataset_name:
-        return known["test_accuracy"]
-    return accuracy(teacher, dataset.x_test, dataset.y_test, device=device)
+def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,
+                  progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
+    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
+    from dpdistill.methods.registry import private_training_method
+
+    method = private_training_method(_saved_method(out_dir, resume, config.method if config else "dpsgd"))
+    return execute(method, Source(), config, out_dir, resume, overwrite, progress)
+
+
+def _saved_method(out_dir: Path, resume: bool, given: str) -> str:
+    """A resumed run continues with the method it started with, whatever the call names."""
+    saved = saved_config(out_dir) if resume and out_dir.is_dir() else None
+    return saved.get("method", given) if saved else given
+
+
+def interrupted_pate(out_dir: Path) -> "tuple[Path, PateConfig] | None":
+    """The teacher and settings of the unfinished PATE run in `out_dir` (its answers released), if any."""
+    from dpdistill.methods.registry import method_named
+
+    saved = method_named("pate").interrupted(out_dir)
+    return None if saved is None else (saved[0].teacher, saved[1])
 
 
 def coverage(config: TranscriptionConfig) -> str:
-    """What the stated epsilon covers: only outputs that are post-processing of the noisy releases."""
-    if config.privacy.mode == "none":
-        return "nothing"
-    if config.reproducible_noise:
-        return "NO guarantee: the noise is reproducible"
-    if config.generator_sees_teacher:
-        return ("NO formal guarantee for the student or the generator: the synthetic inputs depend on the "
-                "non-private teacher (teacher as discriminator, generator pretrained on the teacher, or adversarial "
-                "term); the stated epsilon covers only the teacher's answers given those inputs")
-    return "the student, the generator and its latent vectors (post-processing of the noisy releases)"
+    """What the stated epsilon of a transcription with `config` covers (for a single teacher)."""
+    return privacy_coverage(COVERS, uncovered_reads(config))["covered"]
 
 
 def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[str, Any]:
     """Accuracy of a saved classifier on a dataset's real test split."""
     model, meta = load_classifier(model_dir, name=name)
-    dataset = _evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
+    dataset = evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
     return {"model": str(model_dir / f"{name}.safetensors"), "dataset": dataset_name,
             "accuracy": accuracy(model, dataset.x_test, dataset.y_test), "n_test": len(dataset.y_test)}
-
-
-def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,
-                  progress: Progress | None = None) -> dict[str, Any]:
-    """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
-    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
-    with _exclusive(out_dir):
-        return _train_private(config, out_dir, resume, progress)
-
-
-def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool,
-                   progress: Progress | None) -> dict[str, Any]:
-    from dpdistill.reporting.report import write_private_training_report
-    from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
-
-    config_path = out_dir / "config.json"
-    state = release_state(out_dir)
-    _check_resume(out_dir, state, resume, state.exists() and config_path.exists(), "train-private run")
-    if resume:
-        config = PrivateTrainingConfig.from_dict(json.loads(config_path.read_text()))
-    dataset = load_dataset(config.dataset)
-    started = time.perf_counter()
-    plan = plan_private_training(config, len(dataset.y_train))  # refuses an overspending plan before any write
-    planning_seconds = time.perf_counter() - started
-    trainer = TRAINERS[config.method](config, dataset, plan, out_dir / PRIVATE_DIR, progress)
-    write_json(config_path, config.to_dict())
-    result = trainer.run(resume)
-
-    meta = _classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
-    save_model(out_dir, result.model, {**meta, "opacus_fixed": bool(result.fixes)}, name="student")
-    report = {
-        "method": config.method,
-        "dataset": config.dataset,
-        "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
-        "privacy": result.privacy,
-        "accuracy": {"student": result.history[-1]["test_accuracy"]},
-        "measured_on": trainer.measured_on,
-        "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": planning_seconds},
-        "config": config.to_dict(),
-        "seed": config.seed,
-        "history": result.history,
-        "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
-                  for fix in result.fixes],
-        "dpdistill_version": __version__,
-    }
-    write_private_training_report(out_dir, report)
-    write_private_record(out_dir, result.private_figures)
-    shutil.rmtree(state, ignore_errors=True)
-    return report
-
-
-def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool = False,
-         progress: Progress | None = None) -> dict[str, Any]:
-    """PATE on public images (methods/pate.py): the ensemble in `teacher_dir` labels public images through noisy
-    votes, and a student learns from them. With `resume`, the run saved in `out_dir` continues from its released
-    answers with its saved settings, without asking the ensemble again."""
-    with _exclusive(out_dir):
-        return _pate(teacher_dir, config, out_dir, resume, progress)
-
-
-def interrupted_pate(out_dir: Path) -> "tuple[Path, PateConfig] | None":
-    """The teacher and settings of the unfinished PATE run in `out_dir` (its answers released), if any."""
-    from dpdistill.methods.pate import ANSWERS_FILE, PateConfig
-
-    config_path = out_dir / "config.json"
-    if not ((release_state(out_dir) / ANSWERS_FILE).exists() and config_path.exists()):
-        return None
-    saved = json.loads(config_path.read_text())
-    return Path(saved["teacher"]), PateConfig.from_dict(saved["pate"])
-
-
-def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool,
-          progress: Progress | None) -> dict[str, Any]:
-    from dpdistill.methods.pate import ANSWERS_FILE, run_pate
-    from dpdistill.reporting.report import pate_markdown, write_report
-
-    config_path, state = out_dir / "config.json", release_state(out_dir)
-    saved = interrupted_pate(out_dir)
-    _check_resume(out_dir, state, resume, saved is not None, "PATE run")
-    if resume:
-        teacher_dir, config = saved
-    ensemble, meta = load_teacher(teacher_dir)
-    if not isinstance(ensemble, TeacherEnsemble):
-        raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
-                          f"(dpdistill train-teacher --partitions M)")
-    in_shape, num_classes = tuple(meta["in_shape"]), int(meta["num_classes"])
-    dataset_name = config.dataset or meta.get("dataset")
-    if not dataset_name:
-        raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
-    evaluation = _evaluation_set(dataset_name, in_shape, num_classes)
-    plan = config.privacy_plan(len(ensemble), num_classes)
-    ledger = ReleaseLedger(teacher_dir)
-    release = Release.of_plan(plan, config.queries)  # every query is answered
-    ledger.reserve(out_dir, "pate", release, resume)
-    write_json(config_path, {"teacher": str(teacher_dir), "pate": config.to_dict()})
-    student, figures = run_pate(ensemble, evaluation, config, plan, state, resume, progress)
-    figures["privacy"]["ledger"] = ledger.standing(ledger.settle(out_dir, "pate", release))
-
-    save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),
-               name="student")
-    shutil.copyfile(state / ANSWERS_FILE, out_dir / ANSWERS_FILE)  # the noisy answers are a release: keep them
-    history, answer_accuracy = figures.pop("history"), figures.pop("answer_accuracy")
-    declare_partition(figures["privacy"], meta["ensemble"])
-    report = {
-        "method": "pate",
-        "dataset": dataset_name,
-        "teacher": str(teacher_dir),
-        **figures,
-        "accuracy": {"student": history[-1]["test_accuracy"], "answers": answer_accuracy},
-        "config": config.to_dict(),
-        "seed": config.seed,
-        "history": history,
-        "resumed": resume,
-        "dpdistill_version": __version__,
-    }
-    write_report(out_dir, report, pate_markdown(report))
-    write_private_record(out_dir, {"accuracy": {
-        "teacher": _teacher_accuracy(ensemble, meta, evaluation, dataset_name, config.device)}})
-    shutil.rmtree(state)
-    return report

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dpdistill import pipeline
+from dpdistill import runs
 from dpdistill.cli.main import app
 
 runner = CliRunner()
@@ -272,7 +272,7 @@ def test_an_out_that_cannot_hold_the_run_is_refused_before_any_work(tmp_path: Pa
 
 def test_an_unwritable_out_is_refused(tmp_path: Path, monkeypatch):
     real_access = os.access  # as root every folder is writable: this one is made to say it is not
-    monkeypatch.setattr(pipeline.os, "access", lambda path, mode, **kw: str(path) != str(tmp_path)
+    monkeypatch.setattr(runs.os, "access", lambda path, mode, **kw: str(path) != str(tmp_path)
                         and real_access(path, mode, **kw))
     result = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--out", tmp_path / "new")
     assert result.exit_code == 2 and "not writable" in result.output and not (tmp_path / "new").exists()
@@ -286,3 +286,48 @@ def test_runs_leave_no_lock_behind(tmp_path: Path):
                       "256", "--out", tmp_path / "run")
     assert finished.exit_code == 0, finished.output
     assert not (tmp_path / "run" / ".lock").exists() and (tmp_path / "run" / "report.json").exists()
+
+
+def _one_error(result) -> str:
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    return " ".join(result.output.split())
+
+
+def test_a_non_empty_out_is_refused_unless_overwrite_and_overwrite_removes_only_run_outputs(tmp_path: Path):
+    out = tmp_path / "teacher"
+    teacher = ("train-teacher", "--dataset", "digits", "--out", out, "--epochs", "1", "--min-steps", "0")
+    assert invoke(*teacher).exit_code == 0
+    written = (out / "report.json").stat().st_mtime_ns
+    refused = _one_error(invoke(*teacher))
+    assert "is not empty (it holds a finished run)" in refused and "--overwrite" in refused
+    assert (out / "report.json").stat().st_mtime_ns == written  # refused before any work
+    assert invoke(*teacher, "--overwrite").exit_code == 0
+    (out / "notes.txt").write_text("mine")
+    assert "does not write (notes.txt)" in _one_error(invoke(*teacher, "--overwrite"))
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").exists()  # nothing deleted
+    (out / "notes.txt").unlink()
+    assert invoke("budget", out, "--set", "5").exit_code == 0
+    assert "release ledger" in _one_error(invoke(*teacher, "--overwrite"))
+    assert (out / "ledger.json").exists()
+
+
+def test_overwrite_leaves_nothing_of_the_previous_run(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path):
+    out = tmp_path / "run"
+    assert _transcribe(digits_teacher, out, "--epsilon", "5", "--preset", "demo").exit_code == 0
+    assert (out / "generator.safetensors").exists()
+    pate = ("pate", "--teacher", digits_ensemble, "--out", out, "--epsilon", "5", "--queries", "20",
+            "--public-size", "200", "--min-steps", "5", "--self-training-rounds", "0")
+    assert "not empty" in _one_error(invoke(*pate))
+    replaced = invoke(*pate, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads((out / "report.json").read_text())["method"] == "pate"
+    for name in ("generator.safetensors", "generator.json", "latents.safetensors", "samples.png", "training.png"):
+        assert not (out / name).exists(), name
+    assert (out / "answers.safetensors").exists() and (out / "private" / "record.json").exists()
+
+
+def test_resume_on_a_finished_run_says_it_has_finished(digits_teacher: Path, tmp_path: Path):
+    assert _transcribe(digits_teacher, tmp_path / "run", "--epsilon", "5", "--preset", "demo").exit_code == 0
+    message = _one_error(_transcribe(digits_teacher, tmp_path / "run", "--epsilon", "5", "--resume"))
+    assert f"the run in {tmp_path / 'run'} has finished: there is nothing to resume" in message

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dpdistill.methods.annotation import (CandidateSet, DistillationGradient, NoisyVoteAnnotator,
+from dpdistill.training.annotation import (CandidateSet, DistillationGradient, NoisyVoteAnnotator,
                                           OutputGradientAnnotator, TeacherAnnotator)
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
 from dpdistill.privacy.randomness import SecureNoise

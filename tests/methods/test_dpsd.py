@@ -8,8 +8,8 @@ import torch
 
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
-from dpdistill.methods.dpsd import AnswerJournal, DPSDTranscriber
-from dpdistill.methods.state import save_state
+from dpdistill.methods.engine import AnswerJournal, TranscriptionEngine
+from dpdistill.training.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
@@ -83,15 +83,15 @@ def test_interrupted_run_resumes_to_the_same_result(digits_teacher: Path, tmp_pa
 
 def test_a_run_never_answers_past_its_budget(digits_teacher: Path, tmp_path: Path, monkeypatch):
     config = _config("data", iterations=10)
-    from dpdistill.methods import dpsd
+    from dpdistill.methods import engine
 
-    real_plan = dpsd.plan_privacy
+    real_plan = engine.plan_privacy
 
     def short_plan(*args, **kwargs):  # a cap below the plan, as after a budget change on resume
         plan = real_plan(*args, **kwargs)
         return type(plan)(plan.request, plan.query, plan.planned_queries, 5 * 64, plan.num_classes, plan.batch_size)
 
-    monkeypatch.setattr(dpsd, "plan_privacy", short_plan)
+    monkeypatch.setattr(engine, "plan_privacy", short_plan)
     seen = []
     with pytest.raises(BudgetExceededError):
         transcribe(digits_teacher, config, tmp_path, "digits", progress=lambda r: seen.append(r["queries"]))
@@ -151,13 +151,13 @@ def test_a_resumed_run_serves_released_answers_from_its_journal_and_never_asks_a
 
     first = CountingTeacher(teacher)
     with pytest.raises(KeyboardInterrupt):
-        DPSDTranscriber(config, first, shape, 10, work_dir=tmp_path, progress=interrupt).run()
+        TranscriptionEngine(config, first, shape, 10, work_dir=tmp_path, progress=interrupt).run()
     assert first.answered == 8 * batch
     with pytest.raises(ConfigError, match="interrupted run"):  # a fresh start would ask again
-        DPSDTranscriber(config, CountingTeacher(teacher), shape, 10, work_dir=tmp_path).run()
+        TranscriptionEngine(config, CountingTeacher(teacher), shape, 10, work_dir=tmp_path).run()
 
     second, records = CountingTeacher(teacher), []
-    resumed = DPSDTranscriber(config, second, shape, 10, work_dir=tmp_path, progress=records.append)
+    resumed = TranscriptionEngine(config, second, shape, 10, work_dir=tmp_path, progress=records.append)
     annotated, annotate = [], resumed.annotator.annotate
     resumed.annotator.annotate = lambda *logits: annotated.append(resumed.iteration) or annotate(*logits)
     result = resumed.run(resume=True)
@@ -174,7 +174,7 @@ def test_a_checkpoint_without_an_answer_journal_is_refused(digits_teacher: Path,
     """An older dpdistill seeded its noise and journaled nothing: its answers since the checkpoint are unknown."""
     teacher, meta = load_teacher(digits_teacher)
     save_state(tmp_path / "resume", {"iteration": 5, "noise_rng": torch.zeros(8, dtype=torch.uint8)})
-    transcriber = DPSDTranscriber(_config("data", iterations=10), teacher, tuple(meta["in_shape"]), 10,
+    transcriber = TranscriptionEngine(_config("data", iterations=10), teacher, tuple(meta["in_shape"]), 10,
                                   work_dir=tmp_path)
     with pytest.raises(CheckpointError, match="older dpdistill"):
         transcriber.run(resume=True)

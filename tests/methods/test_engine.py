@@ -7,7 +7,7 @@ import torch
 
 from dpdistill.errors import ConfigError
 from dpdistill.methods.config import build_config, parse_assignments
-from dpdistill.methods.dpsd import ReplayBuffer
+from dpdistill.methods.engine import ReplayBuffer
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import coverage, transcribe
 

@@ -30,11 +30,11 @@ def test_the_teacher_as_discriminator_needs_a_single_teacher(digits_ensemble: Pa
 
 def test_querying_every_nth_iteration_spends_the_budget_on_fewer_less_noisy_answers(digits_ensemble: Path,
                                                                                      tmp_path: Path, monkeypatch):
-    from dpdistill.methods.dpsd import DPSDTranscriber
+    from dpdistill.methods.engine import TranscriptionEngine
 
     asked = []
-    original = DPSDTranscriber._teacher_answers
-    monkeypatch.setattr(DPSDTranscriber, "_teacher_answers",
+    original = TranscriptionEngine._teacher_answers
+    monkeypatch.setattr(TranscriptionEngine, "_teacher_answers",
                         lambda self, images: asked.append(self.iteration) or original(self, images))
     sparse = build_config("demo", {"iterations": 10, "batch_size": 32, "query_every": 4, "replay_size": 256},
                           {"mode": "label", "epsilon": 1.0})
@@ -57,7 +57,7 @@ def test_an_ensemble_is_evaluated_once_when_trained_not_at_every_transcription(d
                                                                               tmp_path: Path, monkeypatch):
     measured = json.loads((digits_ensemble / "ensemble.json").read_text())["test_accuracy"]
     assert measured == json.loads((digits_ensemble / "report.json").read_text())["accuracy"]["teacher"] > 0.5
-    monkeypatch.setattr("dpdistill.pipeline.accuracy", lambda *args, **kwargs: pytest.fail("evaluated again"))
+    monkeypatch.setattr("dpdistill.methods.teachers.accuracy", lambda *args, **kwargs: pytest.fail("evaluated again"))
     config = build_config("demo", {"iterations": 2, "batch_size": 16}, {"mode": "data", "epsilon": 1.0})
     transcribe(digits_ensemble, config, tmp_path, "digits")
     assert json.loads((tmp_path / "private" / "record.json").read_text())["accuracy"]["teacher"] == measured

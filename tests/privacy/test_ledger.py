@@ -11,6 +11,7 @@ import dp_accounting
 import pytest
 
 from dpdistill import pipeline
+from dpdistill.methods import teachers
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
 from dpdistill.methods.config import build_config
 from dpdistill.methods.pate import PateConfig
@@ -148,7 +149,7 @@ def _copy(teacher: Path, tmp_path: Path) -> Path:
 def teacher_calls(monkeypatch) -> list[str]:
     """Every forward pass of any module of a teacher the pipeline loads."""
     calls: list[str] = []
-    load = pipeline.load_teacher
+    load = teachers.load_teacher
 
     def counting(directory: Path):
         teacher, meta = load(directory)
@@ -156,7 +157,7 @@ def teacher_calls(monkeypatch) -> list[str]:
             module.register_forward_pre_hook(lambda module, inputs: calls.append(type(module).__name__))
         return teacher, meta
 
-    monkeypatch.setattr(pipeline, "load_teacher", counting)
+    monkeypatch.setattr(teachers, "load_teacher", counting)
     return calls
 
 

@@ -16,8 +16,9 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.checkpoint import load_classifier
-from dpdistill.methods.annotation import DistillationGradient
-from dpdistill.pipeline import _exclusive, evaluate, train_private
+from dpdistill.training.annotation import DistillationGradient
+from dpdistill.pipeline import evaluate, train_private
+from dpdistill.runs import exclusive
 from dpdistill.privacy.accounting import (GaussianQuery, SampledReleaseQuery, calibrate_dpsgd,
                                           calibrate_sampled_release, composed_epsilon, dpsgd_epsilon)
 from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training
@@ -138,7 +139,7 @@ def test_private_resume_with_nothing_to_resume(tmp_path: Path):
 
 
 def test_private_refuses_a_second_writer(tmp_path: Path):
-    with _exclusive(tmp_path), pytest.raises(ConfigError, match="another dpdistill run"):
+    with exclusive(tmp_path), pytest.raises(ConfigError, match="another dpdistill run"):
         train_private(PrivateTrainingConfig(**TINY, epsilon=10.0), tmp_path)
 
 

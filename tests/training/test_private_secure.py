@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.errors import CheckpointError, PrivacyParameterError
-from dpdistill.methods.state import load_state
+from dpdistill.training.state import load_state
 from dpdistill.pipeline import train_private
 from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.randomness import NoiseSource, ReproducibleNoise, SecureNoise

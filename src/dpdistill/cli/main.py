@@ -27,6 +27,7 @@ SEED = typer.Option(0, help="seeds what is not private (initialisation, order); 
 REPRODUCIBLE_NOISE = typer.Option(False, help="noise from --seed: debugging only, NO privacy guarantee")
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
+OVERWRITE = typer.Option(False, help="replace the run already in --out (its outputs are removed first)")
 
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "round", "step")  # where a progress record says how far it is
 
@@ -129,6 +130,7 @@ def train_teacher_command(
     budget: Optional[float] = typer.Option(None, help="total epsilon all releases from this teacher may spend "
                                                       "(default: no limit)"),
     budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
     from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
@@ -148,7 +150,8 @@ def train_teacher_command(
         bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if heads_only
                        else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
         with bar:
-            report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume)
+            report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume,
+                                            overwrite)
         accuracy = report["accuracy"]
         console.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
                       f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
@@ -156,7 +159,7 @@ def train_teacher_command(
     else:
         bar, update = _progress_bar(epochs, f"teacher on {dataset}")
         with bar:
-            report = train_teacher(dataset, out, config, update)
+            report = train_teacher(dataset, out, config, update, overwrite)
         console.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
@@ -203,6 +206,7 @@ def transcribe_command(
     device: Optional[str] = typer.Option(None, help="cpu or cuda"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Convert a teacher into a differentially private student and generator."""
     from dpdistill.methods.config import build_config, parse_assignments
@@ -220,14 +224,16 @@ def transcribe_command(
     )
     bar, update = _progress_bar(config.iterations, f"{method} {privacy.value}")
     with bar:
-        report = transcribe(teacher, config, out, dataset, resume, update)
+        report = transcribe(teacher, config, out, dataset, resume, update, overwrite)
     print_summary(report, out)
 
 
 def print_summary(report: dict, out: Path) -> None:
-    privacy = report["privacy"]
-    accuracy = report["accuracy"]
-    table = Table(title=f"{report['method']} / {report['privacy_mode']} privacy / {report['dataset']}")
+    """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
+    the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
+    privacy, accuracy = report["privacy"], report["accuracy"]
+    mode = [f"{report['privacy_mode']} privacy"] if "privacy_mode" in report else []
+    table = Table(title=" / ".join([report["method"], *mode, str(report["dataset"])]))
     table.add_column("quantity")
     table.add_column("value")
     if accuracy["student"] is not None:
@@ -235,22 +241,32 @@ def print_summary(report: dict, out: Path) -> None:
     if privacy["mode"] == "none":
         table.add_row("privacy", "none")
     else:
-        table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
+        budget = f" (budget {privacy['budget_epsilon']:g})" if privacy.get("budget_epsilon") is not None else ""
+        scope = privacy.get("epsilon_scope") or ("sound" + (f", {privacy['relation']}" if "relation" in privacy else ""))
+        table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
+        if "relation" in privacy:
+            table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
+        if "epsilon_opacus" in privacy:
+            table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
+                          f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
         if privacy.get("paper_epsilon") is not None:
             table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
         if privacy.get("teachers", 1) > 1:
             table.add_row("teachers (ensemble)", str(privacy["teachers"]))
-        table.add_row("teacher queries", str(privacy["queries"]))
-    _add_ledger_row(table, privacy["ledger"])
+        if "queries" in privacy:
+            table.add_row("teacher queries", str(privacy["queries"]))
+        if "sample_rate" in privacy:
+            table.add_row("noise multiplier, sampling rate, steps",
+                          f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
+    if "ledger" in privacy:
+        ledger = privacy["ledger"]
+        total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
+        table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     Console().print(table)
-
-
-def _add_ledger_row(table: Table, ledger: dict) -> None:
-    """What every release from the teacher has spent together, this run's included."""
-    total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
-    table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
+    style = "bold red" if privacy.get("formal_guarantee") is False else ""
+    Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
 
 
 @app.command("budget")
@@ -355,6 +371,7 @@ def train_private_command(
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
                                             "options are then ignored)"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Train the student on the private data directly with DP: the baseline that transcription is compared to."""
     from dpdistill.pipeline import train_private
@@ -368,31 +385,8 @@ def train_private_command(
         public_size=public_size, relation=relation, reproducible_noise=reproducible_noise)
     bar, update = _progress_bar(epochs if config is None else config.epochs, f"{method} on {dataset}")
     with bar:
-        report = train_private(config, out, resume, update)
-    print_private_summary(report, out)
-
-
-def print_private_summary(report: dict, out: Path) -> None:
-    """Accuracy, the epsilons side by side, and first of all whether the student is covered."""
-    privacy = report["privacy"]
-    table = Table(title=f"train-private {report['method']} / {report['dataset']}")
-    table.add_column("quantity")
-    table.add_column("value")
-    table.add_row("student accuracy", f"{100 * report['accuracy']['student']:.2f}%")
-    table.add_row("epsilon (output gradients only)" if privacy["method"] == "dpdfd-direct"
-                  else f"epsilon (dp-accounting PLD, {privacy['relation']})",
-                  f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g} (budget {privacy['budget_epsilon']:g})")
-    table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
-    if "epsilon_opacus" in privacy:
-        table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
-                      f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
-    table.add_row("noise multiplier, sampling rate, steps",
-                  f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
-    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
-    table.add_row("report", str(out / "report.md"))
-    Console().print(table)
-    style = "" if privacy["formal_guarantee"] else "bold red"
-    Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
+        report = train_private(config, out, resume, update, overwrite)
+    print_summary(report, out)
 
 
 @app.command("pretrain")
@@ -410,6 +404,7 @@ def pretrain_command(
     lr: float = ADAM_LR,
     seed: int = SEED,
     device: str = DEVICE,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Contrastive pretraining on public, unlabelled images: a starting point for teachers and PATE students."""
     from dpdistill.pipeline import pretrain
@@ -419,7 +414,7 @@ def pretrain_command(
                                seed=seed, device=device)
     bar, update = _progress_bar(steps, "contrastive pretraining steps")
     with bar:
-        report = pretrain(dataset, public, public_size, config, out, update)
+        report = pretrain(dataset, public, public_size, config, out, update, overwrite)
     console.print(f"encoder pretrained on {report['public']}: loss {report['history'][-1]['loss']:.3f} in "
                   f"{report['timing']['wall_seconds']:.0f} s -> {out}")
 
@@ -470,6 +465,7 @@ def pate_command(
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out from its released answers, with "
                                             "its saved settings (other options are then ignored)"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """PATE baseline: a teacher ensemble labels public images through noisy votes; a student learns from them."""
     from dpdistill.methods.pate import PateConfig
@@ -492,18 +488,8 @@ def pate_command(
     unit = "steps" if config and config.student_training == "consistency" else "rounds"
     bar, update = _progress_bar(total, f"pate student {unit}")
     with bar:
-        report = pate(teacher, None if resume else config, out, resume, update)
-    privacy, accuracy = report["privacy"], report["accuracy"]
-    table = Table(title=f"pate / {report['dataset']}")
-    table.add_column("quantity")
-    table.add_column("value")
-    table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
-    table.add_row("epsilon (sound)", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}")
-    table.add_row("teachers, answers, sigma", f"{privacy['teachers']}, {privacy['queries']}, {privacy['sigma']:.4g}")
-    _add_ledger_row(table, privacy["ledger"])
-    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
-    table.add_row("report", str(out / "report.md"))
-    Console().print(table)
+        report = pate(teacher, None if resume else config, out, resume, update, overwrite)
+    print_summary(report, out)
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m dpdistill`

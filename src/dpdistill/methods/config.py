@@ -80,12 +80,9 @@ class TranscriptionConfig:
         return cls(**values)
 
     def validate(self, num_classes: int) -> None:
-        if self.method not in METHOD_DEFAULTS:
-            raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHOD_DEFAULTS)}")
-        protects = METHOD_PROTECTS.get(self.method)
-        if protects is not None and self.privacy.mode not in (protects, "none"):
-            raise ConfigError(f"{self.method} protects {protects} only: use --privacy {protects} (or none), or "
-                              f"--method dpsd")
+        from dpdistill.methods.registry import transcription_method  # the methods configure this class
+
+        transcription_method(self.method).check(self)
         for name in ("iterations", "batch_size", "query_every", "student_steps", "latent_dim", "eval_every",
                      "checkpoint_every"):
             if getattr(self, name) < 1:
@@ -131,26 +128,9 @@ class TranscriptionConfig:
         return self.discriminator == "teacher" or self.adversarial_weight > 0 or self.generator_pretrain_steps > 0
 
 
-METHOD_PROTECTS = {"dpdfd": "data", "srr": "label"}  # the privacy mode each sibling's paper defines; DPSD has both
-# Where the sibling methods differ from DPSD; applied before any preset. Each runs on the same loop.
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dpsd": {},
-    # DPDFD (seed 002): the whole normalized output gradient (no top-k), fresh latent vectors, and the generator's
-    # loss CE + alpha entropy + beta L2 activation with alpha = beta = 1, the student as fixed discriminator.
-    "dpdfd": {"top_k": None, "latents": "fresh", "entropy_weight": 1.0, "activation_weight": 1.0},
-    # DP-DFD with selective randomized response (seed 001): a generator pretrained with the teacher as fixed
-    # discriminator (CE + 5 entropy + 10 BatchNorm statistics), then stages of one teacher query per sample,
-    # randomized response over the classes the student gives more than 1/(2 classes) (at least two), the student
-    # fitted to the answers (cross-entropy to a one-hot answer is its KL up to a constant), the generator
-    # fine-tuned with the student as discriminator. The student replays earlier answers (post-processing).
-    "srr": {"candidates": "threshold", "generator_pretrain_steps": 1000, "latents": "fresh", "entropy_weight": 5.0,
-            "batchnorm_weight": 10.0, "activation_weight": 0.0, "generator_width": (64, 32, 16), "generator_lr": 1e-3,
-            "generator_beta1": 0.5, "replay_size": 20000, "student_steps": 8, "student_schedule": "cosine"},
-}
-
-
 def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
-    """The seeds' published settings. DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
+    """The seeds' published settings: what the three share here, then the method's own `paper_settings`
+    (methods/dpsd.py, dpdfd.py, srr.py). DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
     k 3. DPDFD (seed 002) states sigma 100 (its best, Tab. 5) and a small norm bound C (Fig. 2): the same
     sigma, C and loop sizes, without top-k. SRR (seed 001) states only the threshold and loss weights (its
     method defaults): DPSD's b and T, and eps as the per-query randomized-response budget under paper accounting.
@@ -163,11 +143,9 @@ def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, meth
     if accounting == "paper" and privacy_mode == "data":
         privacy["sigma"] = 100.0
     values: dict[str, Any] = {"iterations": 200, "batch_size": 256, "privacy": privacy}
-    if method in ("dpsd", "dpdfd"):
-        values.update(target_step=0.1, dkd_beta=8.0, distill_loss="dkd")
-    if method == "dpsd":
-        values.update(top_k=3, generator_lr=1e-2)
-    return values
+    from dpdistill.methods.registry import transcription_method  # the methods configure this class
+
+    return {**values, **transcription_method(method).paper_settings}
 
 
 def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
@@ -240,7 +218,9 @@ def build_config(preset: str | None, overrides: dict[str, Any], privacy_override
     epsilon = privacy_overrides.get("epsilon")
     accounting = privacy_overrides.get("accounting") or "sound"
     method = overrides.get("method") or "dpsd"
-    values: dict[str, Any] = dict(METHOD_DEFAULTS.get(method, {}))  # an unknown method fails in validate()
+    from dpdistill.methods.registry import transcription_method  # the methods configure this class
+
+    values: dict[str, Any] = dict(transcription_method(method).defaults)
     privacy_values: dict[str, Any] = {"mode": mode, "epsilon": epsilon}
     preset = preset if preset is not None else DEFAULT_PRESETS.get(mode)
     for name in preset.split(",") if preset else ():

@@ -1,29 +1,29 @@
 """PATE on public images: a teacher ensemble labels public, unlabelled images through noisy votes (GNMax).
 
-The baseline a privacy researcher compares data-free transcription to (Papernot et al. 2017, 2018): instead of a
-generator, the student's inputs are public images that no member was trained on, for example half of the test
-split (the other half then measures accuracy) or another data set of the same shape. Each of `queries` images
-gets the noisy plurality of the members' votes over all classes: the integer counts plus exact discrete Gaussian
-noise drawn from secret randomness (never from `--seed`). One private example changes one member's vote, moving two
-counts by one, and the answers compose (`DiscreteGaussianQuery`, by dp-accounting). The whole noisy vote histogram
-is that mechanism's output, so the student may learn from more than its winner: the probability that each class
-holds the most votes given the noisy counts (soft targets), at no further cost.
-The student learns from the answered images (supervised, or with consistency training on the whole public pool),
-then (self-training) from the public images it labels confidently itself. Everything it learns from is public or
-a noisy release, so the student is covered by the guarantee, provided the public images hold no private example.
-
-The released answers are saved before the student is trained: an interrupted run resumes from them and never
-asks the ensemble again, so a resume cannot spend the budget twice.
+The baseline a privacy researcher compares data-free transcription to (Papernot et al. 2017, "Semi-supervised
+Knowledge Transfer for Deep Learning from Private Training Data", and 2018, "Scalable Private Learning with PATE"):
+1. Choose `queries` public images no member was trained on (half of the test split, whose other half measures
+   accuracy, or another data set of the same shape); at random or as k-means representatives (public: free).
+2. Ask: each member votes its top class; count the votes per class.
+3. Release: the counts plus exact discrete Gaussian noise from secret randomness (never from `--seed`). One private
+   example changes one member's vote, moving two counts by one; the answers compose (`DiscreteGaussianQuery`).
+   The answers are saved before the student learns: a resumed run never asks the ensemble again.
+4. Learn: the student fits the noisy winners, or the probability that each class holds the most votes given the
+   noisy counts (the same release, no further cost), supervised or with consistency training on the whole
+   public pool, then (self-training) the public images it labels confidently itself.
+Everything the student learns from is public or a noisy release: it is covered, provided the public images hold
+no private example.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,18 +36,25 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PublicSplit, public_split
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
-from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
+from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
+from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.reporting.report import pate_markdown
+from dpdistill.runs import release_state, saved_config
 from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier
 
-Progress = Callable[[dict], None]
+
 ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency")
 ANSWER_TARGETS = ("argmax", "posterior")
+COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
+          "public images hold no private example")
 
 
 @dataclass(frozen=True)
@@ -329,40 +336,91 @@ def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | Non
     return (answers.labels[answers.confident] == true_labels[kept]).float().mean().item()
 
 
-def run_pate(ensemble: TeacherEnsemble, evaluation: ImageDataset, config: PateConfig, plan: PrivacyPlan,
-             state_dir: Path, resume: bool, progress: Progress | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Release (or reload) the answers of `plan` (`config.privacy_plan`, which the teachers' ledger reserved),
-    train the student; the report's figures as a dict."""
-    started = time.perf_counter()
-    num_classes = evaluation.num_classes
-    split = public_split(evaluation, config.public, config.public_size)
-    if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
-        load_encoder(Path(config.student_init), config.student_arch, evaluation.input_shape, num_classes,
-                     split.description)
-    answers_path = state_dir / ANSWERS_FILE
-    if resume:
-        answers = Answers.load(answers_path, config.queries)
-    else:
-        answers = release_answers(ensemble.to(config.device).eval(), split.pool, plan, config, num_classes)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        answers.save(answers_path)
-    release_seconds = time.perf_counter() - started
-    student, history = train_student(split, answers, config, num_classes, plan.sigma, progress)
-    summary = {key: value for key, value in plan.summary(config.queries).items()
-               if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
-    privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
-               "aggregation": "the members' vote counts over all classes plus discrete Gaussian noise (GNMax: the "
-                              "noisy histogram is released, its winner is the label), data-independent accounting",
-               "unit": "one private training example (it changes one member's vote)",
-               "covered": "the student: it learns only from public images and the noisy answers (post-processing), "
-                          "provided the public images hold no private example",
-               "vote_margin": config.vote_margin,
-               "answer_targets": config.answer_targets,
-               "kept_answers": int(answers.confident.sum()),
-               "noise": noise_source(config.reproducible_noise).description}
-    if config.reproducible_noise:
-        privacy.update(formal_guarantee=False, covered="NO guarantee: the noise is reproducible")
-    figures = {"privacy": privacy, "public": split.description, "history": history,
-               "answer_accuracy": answer_accuracy(answers, split.pool_labels),
-               "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds}}
-    return student, figures
+class PATE(Method):
+    name = "pate"
+    summary = "a teacher ensemble labels public images through noisy votes (GNMax); a student learns from them"
+    needs = Needs.ENSEMBLE
+    command = "pate"
+    paper = "Papernot et al., Semi-supervised Knowledge Transfer (ICLR 2017) and Scalable Private Learning (ICLR 2018)"
+
+    def plan(self, source: Source, config: PateConfig, out_dir: Path, progress: Progress | None) -> "PateJob":
+        return PateJob(source.teacher, config, release_state(out_dir), progress)
+
+    def config_record(self, source: Source, config: PateConfig) -> dict[str, Any]:
+        return {"teacher": str(source.teacher), "pate": config.to_dict()}
+
+    def interrupted(self, out_dir: Path) -> tuple[Source, PateConfig] | None:
+        """Resumable once its answers are released: the run then continues from them."""
+        saved = saved_config(out_dir)
+        if saved is None or not (release_state(out_dir) / ANSWERS_FILE).exists():
+            return None
+        return Source(Path(saved["teacher"])), PateConfig.from_dict(saved["pate"])
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        return pate_markdown(report)
+
+
+class PateJob(Job):
+    """PATE planned on an ensemble: one answer per query."""
+
+    def __init__(self, teacher_dir: Path, config: PateConfig, state_dir: Path, progress: Progress | None) -> None:
+        self.ensemble, self.meta = read_teacher(teacher_dir)
+        if not isinstance(self.ensemble, TeacherEnsemble):
+            raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
+                              f"(dpdistill train-teacher --partitions M)")
+        self.in_shape, num_classes = tuple(self.meta["in_shape"]), int(self.meta["num_classes"])
+        self.dataset_name = config.dataset or self.meta.get("dataset")
+        if not self.dataset_name:
+            raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
+        self.evaluation = evaluation_set(self.dataset_name, self.in_shape, num_classes)
+        self.config, self.teacher_dir, self.state_dir, self.progress = config, teacher_dir, state_dir, progress
+        self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes)
+        self.ledger_dir = teacher_dir
+        self.planned = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
+
+    def run(self, resume: bool) -> Outcome:
+        """Release (or reload) the answers, train the student."""
+        config, plan, started = self.config, self.privacy_plan, time.perf_counter()
+        num_classes = self.evaluation.num_classes
+        split = public_split(self.evaluation, config.public, config.public_size)
+        if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
+            load_encoder(Path(config.student_init), config.student_arch, self.evaluation.input_shape, num_classes,
+                         split.description)
+        answers_path = self.state_dir / ANSWERS_FILE
+        if resume:
+            answers = Answers.load(answers_path, config.queries)
+        else:
+            answers = release_answers(self.ensemble.to(config.device).eval(), split.pool, plan, config, num_classes)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            answers.save(answers_path)
+        release_seconds = time.perf_counter() - started
+        student, history = train_student(split, answers, config, num_classes, plan.sigma, self.progress)
+        summary = {key: value for key, value in plan.summary(config.queries).items()
+                   if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
+        privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
+                   "aggregation": "the members' vote counts over all classes plus discrete Gaussian noise (GNMax: "
+                                  "the noisy histogram is released, its winner is the label), data-independent "
+                                  "accounting",
+                   "unit": "one private training example (it changes one member's vote)",
+                   "vote_margin": config.vote_margin,
+                   "answer_targets": config.answer_targets,
+                   "kept_answers": int(answers.confident.sum()),
+                   "noise": noise_source(config.reproducible_noise).description}
+        reads = partition_reads(privacy, self.meta["ensemble"]) + reproducible_noise_read(config.reproducible_noise)
+        report = {"dataset": self.dataset_name, "teacher": str(self.teacher_dir), "public": split.description,
+                  "accuracy": {"student": history[-1]["test_accuracy"],
+                               "answers": answer_accuracy(answers, split.pool_labels)},
+                  "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds},
+                  "history": history, "resumed": resume}
+
+        def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
+            """The noisy answers are a release: keep them."""
+            shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
+
+        return Outcome(
+            report=report, privacy=privacy, covers=COVERS, uncovered=reads,
+            models={"student": (student, classifier_meta(config.student_arch, self.in_shape, num_classes,
+                                                         self.dataset_name))},
+            private_record={"accuracy": {"teacher": teacher_accuracy(self.ensemble, self.meta, self.evaluation,
+                                                                     self.dataset_name, config.device)}},
+            release=self.planned, write_files=write_files)

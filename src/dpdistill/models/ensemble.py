@@ -35,6 +35,7 @@ from dpdistill.data.partition import KEY_BYTES
 from dpdistill.errors import CheckpointError
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import load_classifier, load_module, rebuild_classifier, save_model
+from dpdistill.privacy.ledger import UncoveredRead
 
 ENSEMBLE_FILE = "ensemble.json"
 HEADS = "heads"  # the weights of a head ensemble: heads.safetensors + heads.json
@@ -73,15 +74,16 @@ def partition_assumption(ensemble: dict[str, Any] | None) -> PartitionAssumption
         f"an unknown partition scheme {scheme!r}: NO formal guarantee", False))
 
 
-def declare_partition(privacy: dict[str, Any], ensemble: dict[str, Any] | None) -> None:
-    """Say in a release's `privacy` section what the partition assumes; where that does not hold, the epsilon is
-    no formal guarantee, and `covered` begins by saying so."""
+def partition_reads(privacy: dict[str, Any], ensemble: dict[str, Any] | None) -> list[UncoveredRead]:
+    """Say in a release's `privacy` section what the partition assumes; where that does not hold, the members'
+    data are read without the protection the epsilon assumes: an uncovered read, whose words begin the report's
+    `covered`."""
     assumption = partition_assumption(ensemble)
     privacy["partition_assumption"] = assumption.statement
-    if not assumption.holds:
-        privacy["formal_guarantee"] = False
-        privacy["covered"] = (f"NO formal guarantee: {assumption.statement}; with a sound partition it would "
-                              f"cover {privacy['covered']}")
+    if assumption.holds:
+        return []
+    return [UncoveredRead("the members' private data, under a partition that does not hold",
+                          f"NO formal guarantee: {assumption.statement}", condition="with a sound partition")]
 
 
 def write_partition_key(directory: Path, key: bytes) -> None:

@@ -8,6 +8,11 @@ the last of a budget) and never overwritten when it cannot be read, since it is 
 
 Neighbouring relation: replace one example, as for every teacher release (accounting.py): Gaussian events carry
 std / replace-one sensitivity. `composed_epsilon` is always a sound upper bound.
+
+A run may also read the teacher or the private data outside any mechanism (a generator trained on the unprotected
+teacher, reproducible noise, no privacy at all). Such reads are `UncoveredRead`s, recorded as dp-accounting's
+`NonPrivateDpEvent` among the run's events, and `coverage` derives from them, in one place, what a run's epsilon
+covers.
 """
 
 from __future__ import annotations
@@ -94,6 +99,37 @@ class Release:
         # Noisy vote counts are integers with discrete Gaussian noise: the query says so itself
         return cls(plan.release_event(count), plan.request.delta, plan.epsilon(count),
                    getattr(plan.query, "discrete", False))
+
+
+@dataclass(frozen=True)
+class UncoveredRead:
+    """A read of the teacher or the private data that no mechanism protects: the outputs that depend on it have no
+    formal guarantee. `covered` is what the report then says is covered; with `condition`, the words go on to say
+    what the guarantee would cover where the condition holds."""
+
+    read: str  # what was read without protection
+    covered: str
+    condition: str | None = None
+    event: dp_accounting.DpEvent = dp_accounting.NonPrivateDpEvent()
+
+
+def coverage(covers: str, reads: Sequence[UncoveredRead]) -> dict[str, Any]:
+    """What a run's guarantee covers, for its report's `privacy` section: `covers` (the outputs that are
+    post-processing of its releases) when nothing was read without protection; otherwise the words of the first
+    uncovered read (reads are recorded from the most to the least sweeping), no formal guarantee, and every such
+    read as a NonPrivateDpEvent."""
+    if not reads:
+        return {"covered": covers}
+    first = reads[0]
+    covered = first.covered if first.condition is None else f"{first.covered}; {first.condition} it would cover {covers}"
+    return {"covered": covered, "formal_guarantee": False,
+            "uncovered_reads": [{"event": event_to_json(read.event), "read": read.read} for read in reads]}
+
+
+def reproducible_noise_read(reproducible: bool) -> list[UncoveredRead]:
+    """Noise drawn from the published seed can be recomputed and removed: nothing is covered."""
+    return [UncoveredRead("every noise draw, from the seed (reproducible noise, debugging only)",
+                          "NO guarantee: the noise is reproducible")] if reproducible else []
 
 
 @dataclass(frozen=True)

@@ -202,16 +202,6 @@ def transcription_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_transcription_report(out_dir: Path, report: dict[str, Any], samples: Tensor, sample_labels: list[int],
-                               history: list[dict]) -> None:
-    """report.json, report.md, samples.png and training.png in `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_image_grid(samples, out_dir / "samples.png", labels=sample_labels)
-    save_training_curve(history, out_dir / "training.png")
-    write_json(out_dir / "report.json", report)
-    (out_dir / "report.md").write_text(transcription_markdown(report))
-
-
 PRIVATE_TRAINING_ROWS = (  # (privacy key, row label) of the private-training report, in this order when present
     ("relation", "neighbouring relation"), ("epsilon_add_remove", "epsilon, add/remove one example"),
     ("epsilon_replace_one", "epsilon, replace one example"),
@@ -257,10 +247,6 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
-
-
-def write_private_training_report(out_dir: Path, report: dict[str, Any]) -> None:
-    write_report(out_dir, report, private_training_markdown(report))
 
 
 def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:

@@ -61,8 +61,8 @@ from dpdistill.data.public import public_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import soft_cross_entropy
-from dpdistill.methods.annotation import DistillationGradient, OutputGradientAnnotator
-from dpdistill.methods.state import load_state, save_state
+from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
+from dpdistill.training.state import load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier, has_fixed_backbone
@@ -85,14 +85,6 @@ from dpdistill.training.teacher import load_encoder
 
 Progress = Callable[[dict], None]
 
-COVERED = {
-    "dpsgd": "the student (DP-SGD: every update is a clipped, noised per-example gradient)",
-    "dpdfd-direct": "NO formal guarantee: the student's update depends on the private inputs through d logits / d "
-                    "weights, which the output-gradient mechanism does not bound; the stated epsilon covers only the "
-                    "released noisy output gradients",
-}
-REPRODUCIBLE_COVERED = "NO guarantee: the noise is reproducible"
-METHODS = tuple(COVERED)
 UNITS = {ADD_REMOVE: "adding or removing one private training example",
          REPLACE_ONE: "replacing one private training example"}
 TRAIN_LAYERS = ("all", "head")  # which of the student's weights learn from the private data
@@ -150,8 +142,8 @@ class PrivateTrainingConfig:
             if momentum_given and self.momentum:
                 raise ConfigError("--momentum is SGD's: Adam keeps its own moments (give --optimizer sgd)")
             object.__setattr__(self, "momentum", 0.0)  # a student's SGD default does not apply to Adam
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(METHODS)}")
+        if self.method not in TRAINERS:
+            raise ConfigError(f"unknown method {self.method!r}: choose one of {', '.join(TRAINERS)}")
         if self.train_layers not in TRAIN_LAYERS:
             raise ConfigError(f"unknown --train-layers {self.train_layers!r}: choose one of {', '.join(TRAIN_LAYERS)}")
         if self.optimizer not in OPTIMIZERS:
@@ -369,8 +361,6 @@ class PrivateTrainer:
     the checkpoint's count, and the weights those steps produced were never saved), so no noise is reused.
     """
 
-    formal_guarantee = True  # whether the epsilon covers the released student (with secret noise)
-
     def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
                  progress: Progress | None = None) -> None:
         self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
@@ -462,18 +452,15 @@ class PrivateTrainer:
         return {epsilon_key(self.plan.relation): epsilon}
 
     def privacy_summary(self) -> dict[str, Any]:
-        """The public `privacy` section of the report: the guarantee of the steps run, its relation, and what it
-        covers (nothing, with reproducible noise)."""
+        """The public `privacy` section of the report: the guarantee of the steps run and its relation (what it
+        covers is the method's to say)."""
         config, steps = self.config, self.ledger.answered
         epsilon = composed_epsilon(self.plan.query, steps, config.delta)
-        covered = (REPRODUCIBLE_COVERED if self.noise.reproducible else COVERED[config.method]
-                   + ("; its starting encoder saw public images only" if config.student_init else ""))
         return {"method": config.method, "mode": "data", "epsilon": epsilon, "delta": config.delta,
                 "budget_epsilon": config.epsilon, "relation": self.plan.relation, **self.epsilons_by_relation(epsilon),
                 "unit": UNITS[self.plan.relation], "noise_multiplier": self.plan.noise_multiplier,
                 "sample_rate": self.plan.sample_rate, "steps": steps, "planned_steps": self.plan.steps,
-                "calibrated": config.sigma is None, "noise": self.noise.description,
-                "formal_guarantee": self.formal_guarantee and not self.noise.reproducible, "covered": covered}
+                "calibrated": config.sigma is None, "noise": self.noise.description}
 
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
@@ -577,8 +564,6 @@ class DirectOutputGradientTrainer(PrivateTrainer):
     """DPDFD's direct training: DPSD's data-mode annotation with the private label as the teacher, its noise from
     the run's NoiseSource."""
 
-    formal_guarantee = False
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Counts per-example releases for the private record; the budget is guarded per step by `self.ledger`.
@@ -604,6 +589,7 @@ class DirectOutputGradientTrainer(PrivateTrainer):
         config = self.config
         return {**super().privacy_summary(),
                 "accountant": "exact, per-example Gaussian releases: no amplification by subsampling",
+                "epsilon_scope": "output gradients only",
                 "unit": "replacing one private training example (the released output gradients only)",
                 "sigma": self.sigma, "beta": config.beta, "noise_std": self.sigma * config.beta,
                 "target_step": config.target_step}

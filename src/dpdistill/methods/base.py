@@ -1,0 +1,99 @@
+"""The one interface every method implements, so that one lifecycle (runs.py) runs them all.
+
+A method says what it needs (a single teacher, an ensemble, or the private data), which paper it comes from and
+which presets it has; it plans a run (the release it will make, known before the first query) and runs it,
+handing back an `Outcome`: the public models, the report's figures, what its guarantee covers and what it read
+without protection. Locking, resuming, the ledger, saving and reporting are the lifecycle's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from torch import nn
+
+from dpdistill.privacy.ledger import Release, UncoveredRead
+from dpdistill.runs import Progress
+
+class Needs(str, Enum):
+    """What a method learns from: the release it protects is made from this."""
+
+    TEACHER = "a teacher (or a teacher ensemble)"
+    SINGLE_TEACHER = "a single teacher"
+    ENSEMBLE = "a teacher ensemble on disjoint partitions"
+    PRIVATE_DATA = "the private data"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a run reads: a teacher directory (None for the methods that read the private data) and the data set that
+    measures accuracy when the configuration does not name it (None: the teacher's own)."""
+
+    teacher: Path | None = None
+    dataset: str | None = None
+
+
+def no_files(out_dir: Path, report: dict[str, Any]) -> None:
+    """A method whose public outputs are its models only."""
+
+
+@dataclass
+class Outcome:
+    """What a finished run hands the lifecycle."""
+
+    report: dict[str, Any]  # the report's method-specific figures (dataset, accuracy, timing, history...)
+    privacy: dict[str, Any]  # the report's `privacy` section, before coverage and ledger are added
+    covers: str  # what the guarantee covers when nothing was read without protection
+    models: dict[str, tuple[nn.Module, dict[str, Any]]]  # public checkpoints: name -> (model, meta)
+    private_record: dict[str, Any]  # figures computed without noise from private data or the teacher
+    release: Release | None = None  # what the run released from the teacher, settled in its ledger
+    uncovered: list[UncoveredRead] = field(default_factory=list)  # the most sweeping first
+    write_files: Callable[[Path, dict[str, Any]], None] = no_files  # further public outputs (samples, answers)
+
+
+class Job(ABC):
+    """A planned run: the release it will make is known (and reserved) before it asks anything."""
+
+    config: Any  # the settings it runs with (as saved and reported)
+    ledger_dir: Path | None = None  # the teacher whose ledger records the release (None: no teacher is asked)
+    planned: Release | None = None
+
+    @abstractmethod
+    def run(self, resume: bool) -> Outcome:
+        """Run (or continue) the method; the lifecycle saves and reports what it returns."""
+
+
+class Method(ABC):
+    """One paper's method: its name, its needs, its seed paper and presets, its plan and its report section."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]  # one line: what it does
+    needs: ClassVar[Needs]
+    paper: ClassVar[str]  # the paper it implements (seed file where there is one)
+    presets: ClassVar[tuple[str, ...]] = ()
+    command: ClassVar[str]  # the `dpdistill` command that runs it
+
+    @abstractmethod
+    def plan(self, source: Source, config: Any, out_dir: Path, progress: Progress | None) -> Job:
+        """Load what the run needs from `source` and fix its mechanism; refuse a bad plan before any write."""
+
+    @abstractmethod
+    def config_record(self, source: Source, config: Any) -> dict[str, Any]:
+        """What config.json keeps, so that `interrupted` can continue the run."""
+
+    @abstractmethod
+    def interrupted(self, out_dir: Path) -> tuple[Source | None, Any] | None:
+        """The source (None: the caller's) and settings of the unfinished run of this method in `out_dir`, if
+        there is one."""
+
+    @abstractmethod
+    def markdown(self, report: dict[str, Any]) -> str:
+        """The report a person reads."""
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "description": self.summary, "needs": self.needs.value, "paper": self.paper,
+                "command": self.command, "presets": ", ".join(self.presets)}

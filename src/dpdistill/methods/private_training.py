@@ -1,0 +1,81 @@
+"""What DP-SGD and DPDFD's direct training share as methods: the student trained on the private data itself by a
+trainer of training/private.py (Poisson-sampled steps, one ledger charge per step, epoch checkpoints), the
+baseline that transcription is compared to. Each is a `PrivateTrainingMethod` (methods/dpsgd.py,
+dpdfd_direct.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dpdistill.data import load_dataset
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.teachers import classifier_meta
+from dpdistill.privacy.ledger import UncoveredRead, reproducible_noise_read
+from dpdistill.reporting.report import PRIVATE_DIR, private_training_markdown
+from dpdistill.runs import release_state, saved_config
+from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
+
+PUBLIC_START = "; its starting encoder saw public images only"
+
+
+class PrivateTrainingMethod(Method):
+    """A student trained on the private data with the trainer of the same name."""
+
+    needs = Needs.PRIVATE_DATA
+    command = "train-private"
+    covers: ClassVar[str]  # what the guarantee covers when the noise is secret
+    student_read: ClassVar[UncoveredRead | None] = None  # the student's own unprotected read of the private data
+
+    def plan(self, source: Source, config: PrivateTrainingConfig, out_dir: Path,
+             progress: Progress | None) -> "PrivateTrainingJob":
+        return PrivateTrainingJob(self, config, out_dir, progress)
+
+    def config_record(self, source: Source, config: PrivateTrainingConfig) -> dict[str, Any]:
+        return config.to_dict()
+
+    def interrupted(self, out_dir: Path) -> tuple[None, PrivateTrainingConfig] | None:
+        """Resumable after its first epoch checkpoint (the trainer's state)."""
+        saved = saved_config(out_dir)
+        if saved is None or not release_state(out_dir).exists():
+            return None
+        return None, PrivateTrainingConfig.from_dict(saved)
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        return private_training_markdown(report)
+
+
+class PrivateTrainingJob(Job):
+    """The trainer planned on the private data: the plan is refused before any write if it would overspend."""
+
+    def __init__(self, method: PrivateTrainingMethod, config: PrivateTrainingConfig, out_dir: Path,
+                 progress: Progress | None) -> None:
+        self.method, self.config = method, config
+        self.dataset = load_dataset(config.dataset)
+        started = time.perf_counter()
+        self.private_plan = plan_private_training(config, len(self.dataset.y_train))
+        self.planning_seconds = time.perf_counter() - started
+        self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
+                                               progress)
+
+    def run(self, resume: bool) -> Outcome:
+        config, dataset, method = self.config, self.dataset, self.method
+        result = self.trainer.run(resume)
+        reads = reproducible_noise_read(config.reproducible_noise)
+        if method.student_read is not None:
+            reads.append(method.student_read)
+        meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
+        report = {"dataset": config.dataset,
+                  "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
+                  "accuracy": {"student": result.history[-1]["test_accuracy"]},
+                  "measured_on": self.trainer.measured_on,
+                  "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds},
+                  "history": result.history,
+                  "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
+                            for fix in result.fixes]}
+        return Outcome(
+            report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
+            covers=method.covers + (PUBLIC_START if config.student_init else ""), uncovered=reads,
+            models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
+            private_record=result.private_figures)

@@ -1,0 +1,39 @@
+"""Every method by name: what the CLI and the Python API choose from, and what `dpdistill.methods()` lists."""
+
+from __future__ import annotations
+
+from dpdistill.errors import ConfigError
+from dpdistill.methods.base import Method
+from dpdistill.methods.dpdfd import DPDFD
+from dpdistill.methods.dpdfd_direct import DPDFDDirect
+from dpdistill.methods.dpsd import DPSD
+from dpdistill.methods.dpsgd import DPSGD
+from dpdistill.methods.pate import PATE
+from dpdistill.methods.private_training import PrivateTrainingMethod
+from dpdistill.methods.srr import SRR
+from dpdistill.methods.transcription import TranscriptionMethod
+
+METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
+                                                                  DPDFDDirect())}
+
+
+def method_named(name: str, kind: type[Method] = Method) -> Method:
+    """The method called `name`, refused unless it is a `kind` (the kind a command runs)."""
+    choices = [known for known, method in METHODS.items() if isinstance(method, kind)]
+    if name not in choices:
+        where = f" (`dpdistill {METHODS[name].command}` runs it)" if name in METHODS else ""
+        raise ConfigError(f"unknown method {name!r}{where}: choose one of {', '.join(choices)}")
+    return METHODS[name]
+
+
+def transcription_method(name: str) -> TranscriptionMethod:
+    return method_named(name, TranscriptionMethod)
+
+
+def private_training_method(name: str) -> PrivateTrainingMethod:
+    return method_named(name, PrivateTrainingMethod)
+
+
+def methods() -> list[dict[str, str]]:
+    """Each method's name, one-line description, what it needs, its paper and presets."""
+    return [method.describe() for method in METHODS.values()]

@@ -1,0 +1,50 @@
+"""What the methods that ask a teacher share: loading it, the data set that measures accuracy, the teacher's own
+accuracy (a private figure), and the description saved beside every classifier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from dpdistill import __version__
+from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import DatasetError
+from dpdistill.evaluation.metrics import accuracy
+from dpdistill.models.ensemble import load_teacher
+
+
+def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
+    """The teacher (or ensemble) in `teacher_dir` and its description."""
+    return load_teacher(teacher_dir)
+
+
+def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
+    """The description saved beside a classifier's weights, enough to rebuild it."""
+    return {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
+            "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
+            "dpdistill_version": __version__}
+
+
+def evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
+    """The data set `name`, refused unless its images and classes are the model's."""
+    dataset = load_dataset(name)
+    if tuple(dataset.input_shape) != tuple(in_shape) or dataset.num_classes != num_classes:
+        raise DatasetError(
+            f"dataset {name!r} has inputs {dataset.input_shape} and {dataset.num_classes} classes, but the model "
+            f"expects {tuple(in_shape)} and {num_classes}"
+        )
+    return dataset
+
+
+def teacher_accuracy(teacher: nn.Module, meta: dict[str, Any], dataset: ImageDataset | None,
+                     dataset_name: str | None, device: str) -> float | None:
+    """The teacher's test accuracy; an ensemble's as measured when it was trained, on the same data set."""
+    if dataset is None:
+        return None
+    known = meta.get("ensemble", {})
+    if "test_accuracy" in known and known.get("dataset") == dataset_name:
+        return known["test_accuracy"]
+    return accuracy(teacher, dataset.x_test, dataset.y_test, device=device)

@@ -1,0 +1,174 @@
+"""One run lifecycle for every method and every command that writes a run into --out.
+
+The steps, written once: refuse an unusable or occupied --out before any work (or, with --overwrite, remove the
+previous run's outputs and nothing else), hold the --out lock, tell a resume from a fresh start, keep the
+configuration, reserve the planned release in the teacher's ledger before the first query and settle it after,
+save the public outputs, write the private record, the report (report.json, report.md) and remove the resumable
+state. A method (methods/base.py) supplies only what is its own: its plan, its loop, its report section.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from dpdistill import __version__
+from dpdistill.errors import ConfigError
+from dpdistill.models.checkpoint import save_model
+from dpdistill.models.ensemble import ENSEMBLE_FILE, PARTITION_KEY_FILE
+from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, ReleaseLedger, coverage
+from dpdistill.reporting.report import PRIVATE_DIR, write_json, write_private_record, write_report
+
+if TYPE_CHECKING:
+    from dpdistill.methods.base import Method, Source
+
+Progress = Callable[[dict], None]
+CONFIG_FILE = "config.json"
+REPORT_FILE = "report.json"
+RUN_LOCK = ".lock"
+ENSEMBLE_STATE = "resume"  # an ensemble's resumable state, beside its members (its members are its outputs)
+# Every name a dpdistill run writes into its --out: --overwrite removes these and refuses anything else
+RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|"
+                         r"(latents|answers)\.safetensors|(model|student|generator|encoder|heads)\.(safetensors|json)|"
+                         rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
+                         r"member-\d{3,})(\.tmp)?")
+
+
+def release_state(out_dir: Path) -> Path:
+    """Where a release run keeps what it needs to resume (checkpoints, raw answers): private, never published."""
+    return out_dir / PRIVATE_DIR / "resume"
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out that cannot hold a run's files before any work: a file, a path through a file, or a folder
+    (or, when it does not exist yet, its nearest existing parent) this process may not write to."""
+    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists())
+    if not existing.is_dir():
+        where = "is a file" if existing == out_dir else f"is inside {existing}, which is a file"
+        raise ConfigError(f"--out {out_dir} {where}: give a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out_dir}: {existing} is not writable by this user; choose another --out")
+
+
+@contextlib.contextmanager
+def exclusive(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `out_dir` so that two runs never write the same checkpoints. The lock file goes
+    when the run ends, and a run that fails before writing anything (a refused budget) leaves behind none of the
+    directories it created."""
+    check_out_dir(out_dir)
+    created = [directory for directory in (out_dir, *out_dir.parents) if not directory.exists()]  # deepest first
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock_path = out_dir / RUN_LOCK
+    with open(lock_path, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(lock.fileno()).st_ino != os.stat(lock_path).st_ino:  # locked a file a finishing run removed
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
+            raise ConfigError(f"another dpdistill run is writing to {out_dir}; wait for it or choose another --out") from None
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)  # still held: a run starting now waits for nothing it could clash with
+            if not any(out_dir.iterdir()):
+                for directory in created:
+                    with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                        directory.rmdir()
+
+
+def refuse_finished_resume(out_dir: Path, resumable: bool) -> None:
+    """`--resume` on a run that finished: say so, rather than fail on the state it no longer has."""
+    if not resumable and (out_dir / REPORT_FILE).exists():
+        raise ConfigError(f"the run in {out_dir} has finished: there is nothing to resume (to run it again, drop "
+                          f"--resume and pass --overwrite)")
+
+
+def claim_out_dir(out_dir: Path, resume: bool, overwrite: bool, resumable: bool, what: str) -> None:
+    """Decide, under the lock, what a run may do with `out_dir`: continue an unfinished run (`resume`), replace the
+    previous run's outputs (`overwrite`), or start in an empty folder. Anything else is refused before any work."""
+    if resume:
+        refuse_finished_resume(out_dir, resumable)
+        if not resumable:
+            raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
+        return
+    occupied = sorted(entry.name for entry in out_dir.iterdir() if entry.name != RUN_LOCK) if out_dir.exists() else []
+    if not occupied:
+        return
+    if not overwrite:
+        if resumable:
+            raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, --overwrite to start "
+                              f"again, or choose another --out")
+        held = "a finished run" if (out_dir / REPORT_FILE).exists() else f"{len(occupied)} file(s)"
+        raise ConfigError(f"--out {out_dir} is not empty (it holds {held}): pass --overwrite to replace it, or choose "
+                          f"another --out")
+    remove_run_outputs(out_dir, occupied)
+
+
+def remove_run_outputs(out_dir: Path, names: list[str]) -> None:
+    """Remove what an earlier run wrote into `out_dir` so that none of it survives mixed with the new run's outputs;
+    refuse, deleting nothing, when the folder holds anything a dpdistill run does not write, or a teacher's release
+    ledger (the only record of what its releases spent)."""
+    if LEDGER_FILE in names or LOCK_FILE in names:
+        raise ConfigError(f"--out {out_dir} holds the release ledger of the teacher there ({LEDGER_FILE}): it is the "
+                          f"only record of what its releases spent, so --overwrite will not replace that teacher; "
+                          f"choose another --out")
+    foreign = [name for name in names if not RUN_OUTPUTS.fullmatch(name)]
+    if foreign:
+        raise ConfigError(f"--out {out_dir} holds files a dpdistill run does not write ({', '.join(foreign[:5])}"
+                          f"{', ...' if len(foreign) > 5 else ''}): --overwrite removes only a run's outputs; choose "
+                          f"another --out")
+    for name in names:
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def write_config(out_dir: Path, record: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / CONFIG_FILE, record)
+
+
+def saved_config(out_dir: Path) -> dict[str, Any] | None:
+    """The configuration an earlier run kept in `out_dir`, if any."""
+    path = out_dir / CONFIG_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resume: bool = False,
+            overwrite: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Run `method` on `source` into `out_dir`; with `resume`, the unfinished run there continues with the settings
+    (and, where it saved it, the source) it started with."""
+    if source.teacher is not None and out_dir.resolve() == source.teacher.resolve():
+        raise ConfigError(f"--out {out_dir} is the teacher's own directory: choose another --out")
+    with exclusive(out_dir):
+        saved = method.interrupted(out_dir)
+        claim_out_dir(out_dir, resume, overwrite, saved is not None, f"{method.name} run")
+        if resume:
+            source, config = saved[0] or source, saved[1]
+        job = method.plan(source, config, out_dir, progress)  # refuses a bad or overspending plan before any write
+        config = job.config
+        ledger = None if job.ledger_dir is None else ReleaseLedger(job.ledger_dir)
+        if ledger is not None:
+            ledger.reserve(out_dir, method.name, job.planned, resume)
+        write_config(out_dir, method.config_record(source, config))
+        outcome = job.run(resume)
+        privacy = {**outcome.privacy, **coverage(outcome.covers, outcome.uncovered)}
+        if ledger is not None:
+            privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name, outcome.release))
+        for name, (model, meta) in outcome.models.items():
+            save_model(out_dir, model, meta, name=name)
+        report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
+                  "seed": config.seed, "dpdistill_version": __version__}
+        outcome.write_files(out_dir, report)
+        write_report(out_dir, report, method.markdown(report))
+        write_private_record(out_dir, outcome.private_record)
+        shutil.rmtree(release_state(out_dir), ignore_errors=True)
+        return report
