@@ -21,17 +21,18 @@ from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
+from dpdistill.data.public import PUBLIC_POOL, PoolSource, public_split
 from dpdistill.errors import ConfigError, DatasetError
 from dpdistill.evaluation.metrics import accuracy, predict
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpsd import DPSDTranscriber
-from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
+from dpdistill.models.checkpoint import ENCODER, load_classifier, read_meta, save_model
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
-                                       load_teacher, member_directory, plurality_counts, read_partition_key,
-                                       save_head_ensemble, write_ensemble_description, write_partition_key)
+                                       load_saved, load_teacher, member_directory, plurality_counts,
+                                       read_partition_key, save_head_ensemble, write_ensemble_description, write_partition_key)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
                                         write_transcription_report)
@@ -49,7 +50,8 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
     check_out_dir(out_dir)
     dataset = load_dataset(dataset_name)
     model, training = train_classifier(dataset, config, progress)
-    save_model(out_dir, model, _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
+    save_model(out_dir, model, _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
+                                                config.init))
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
@@ -64,7 +66,6 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
     that `train-teacher --init`, `pate --student-init` and `train-private --student-init` start from, and
     report.json."""
-    from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 
     check_out_dir(out_dir)
@@ -72,7 +73,7 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     split = public_split(evaluation, public, public_size)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
     meta = {**_classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
-            "kind": "encoder", "pretrained_on": split.description}
+            "kind": "encoder", "pretrained_on": split.description, PUBLIC_POOL: dataclasses.asdict(split.source)}
     save_model(out_dir, encoder, meta, name=ENCODER)
     report = {"method": "contrastive pretraining (SimCLR)", "dataset": dataset_name, "public": split.description,
               "config": dataclasses.asdict(config), "history": training["history"],
@@ -124,7 +125,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         state.mkdir(parents=True)
         write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
                                "config": dataclasses.asdict(config)})
-    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     members, models = [], []
     for index, part in enumerate(parts):
         record_path = state / f"member-{index:03d}.json"
@@ -175,7 +176,7 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
     training_seconds = time.perf_counter() - started
     test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
-    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = _classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
                        {"partition": partition, "dataset": dataset_name, "arch": config.arch,
                         "test_accuracy": test_accuracy})
@@ -231,11 +232,18 @@ def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, devic
     return mean_accuracy, vote_accuracy, member_correct / len(dataset.y_test)
 
 
-def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
-    """The description saved beside a classifier's weights, enough to rebuild it."""
-    return {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
+def _classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None,
+                     init: str | None = None) -> dict:
+    """The description saved beside a classifier's weights, enough to rebuild it; with `init`, the pretrained
+    encoder it started from and the public pool that encoder saw (so `evaluate` can leave those images out)."""
+    meta = {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
             "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
             "dpdistill_version": __version__}
+    if init is None or init == SCATTER_INIT:  # random weights, or a fixed transform: no image seen
+        return meta
+    encoder = read_meta(Path(init), ENCODER)
+    return {**meta, "init": init, "pretrained_on": encoder.get("pretrained_on"),
+            PUBLIC_POOL: encoder.get(PUBLIC_POOL)}
 
 
 def _evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
@@ -389,12 +397,28 @@ def coverage(config: TranscriptionConfig) -> str:
     return "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 
 
-def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[str, Any]:
-    """Accuracy of a saved classifier on a dataset's real test split."""
-    model, meta = load_classifier(model_dir, name=name)
+def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dict[str, Any]:
+    """Accuracy of a saved model (models/ensemble.load_saved picks it) on a data set's real test split, and which
+    images that was: test images the model learnt from as public images (its starting encoder's pool, or a PATE
+    student's) are left out and said so, or, where none would remain, warned about."""
+    model, meta, path = load_saved(model_dir, name)
     dataset = _evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
-    return {"model": str(model_dir / f"{name}.safetensors"), "dataset": dataset_name,
-            "accuracy": accuracy(model, dataset.x_test, dataset.y_test), "n_test": len(dataset.y_test)}
+    total = len(dataset.y_test)
+    seen = PoolSource(**meta[PUBLIC_POOL]).shared_test_images(dataset.name) if meta.get(PUBLIC_POOL) else 0
+    start = seen if seen < total else 0
+    warnings = []
+    if seen:
+        how = (f"started from the encoder {meta['init']}, pretrained on them" if meta.get("init")
+               else "learnt from them as its public images")
+        outcome = (f"they are left out: accuracy on the other {total - seen}" if start
+                   else "none would remain, so this accuracy includes images it has seen")
+        warnings.append(f"the first {seen} test images of {dataset.name} are public images to this model (it {how}); "
+                        f"{outcome}")
+    measured = {"dataset": dataset.name, "split": "test", "images": total - start, "indices": [start, total],
+                "of": total}
+    return {"model": str(path), "dataset": dataset_name,
+            "accuracy": accuracy(model, dataset.x_test[start:], dataset.y_test[start:]), "n_test": total - start,
+            "measured_on": measured, "warnings": warnings}
 
 
 def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,
@@ -423,7 +447,8 @@ def _train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume
     write_json(config_path, config.to_dict())
     result = trainer.run(resume)
 
-    meta = _classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
+    meta = _classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset,
+                            config.student_init)
     save_model(out_dir, result.model, {**meta, "opacus_fixed": bool(result.fixes)}, name="student")
     report = {
         "method": config.method,
@@ -493,7 +518,9 @@ def _pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume:
     student, figures = run_pate(ensemble, evaluation, config, plan, state, resume, progress)
     figures["privacy"]["ledger"] = ledger.standing(ledger.settle(out_dir, "pate", release))
 
-    save_model(out_dir, student, _classifier_meta(config.student_arch, in_shape, num_classes, dataset_name),
+    pool = public_split(evaluation, config.public, config.public_size).source  # the student learnt from it
+    save_model(out_dir, student, {**_classifier_meta(config.student_arch, in_shape, num_classes, dataset_name,
+                                                     config.student_init), PUBLIC_POOL: dataclasses.asdict(pool)},
                name="student")
     shutil.copyfile(state / ANSWERS_FILE, out_dir / ANSWERS_FILE)  # the noisy answers are a release: keep them
     history, answer_accuracy = figures.pop("history"), figures.pop("answer_accuracy")

@@ -289,16 +289,18 @@ def budget_command(
 @app.command("evaluate")
 @clear_errors
 def evaluate_command(
-    model: Path = typer.Option(..., help="a teacher or transcription output directory"),
+    model: Path = typer.Option(..., help="a teacher, imported teacher, teacher ensemble or run output directory"),
     dataset: str = typer.Option(..., help="data set whose test split is used"),
-    name: Optional[str] = typer.Option(None, help="model file stem (default: model, else student)"),
+    name: Optional[str] = typer.Option(None, help="model file stem (default: the teacher or ensemble, else student)"),
 ) -> None:
-    """Accuracy of a saved model on a data set's real test split (JSON on stdout)."""
+    """Accuracy of a saved model on a data set's real test split (JSON on stdout), and which images it was measured
+    on: test images the model saw as public images are left out, and said so on stderr."""
     from dpdistill.pipeline import evaluate
 
-    if name is None:
-        name = "student" if (model / "student.safetensors").exists() and not (model / "model.safetensors").exists() else "model"
-    typer.echo(json.dumps(evaluate(model, dataset, name), indent=2))
+    result = evaluate(model, dataset, name)
+    for warning in result["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+    typer.echo(json.dumps(result, indent=2))
 
 
 @app.command("demo")
