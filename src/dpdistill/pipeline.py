@@ -31,7 +31,7 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
-                                       load_saved, load_teacher, member_directory, plurality_counts,
+                                       is_ensemble, load_saved, load_teacher, member_directory, plurality_counts,
                                        read_partition_key, save_head_ensemble, write_ensemble_description, write_partition_key)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[dict], None]
 ENSEMBLE_PLAN = "ensemble-plan.json"
+NEAR_CHANCE = 2  # an imported teacher below this many times chance accuracy is warned about
 
 
 def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None) -> dict:
@@ -419,6 +420,53 @@ def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dic
     return {"model": str(path), "dataset": dataset_name,
             "accuracy": accuracy(model, dataset.x_test[start:], dataset.y_test[start:]), "n_test": total - start,
             "measured_on": measured, "warnings": warnings}
+
+
+def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path,
+                   input_transform: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Make a classifier trained outside dpdistill a teacher (models/imported.py): its weights, description and
+    factory in `out_dir`, and report.json with its test accuracy, warned about when near chance (the usual sign
+    of inputs in another range or normalisation than the model was trained on).
+
+    `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
+    from the private model it held still count."""
+    from dpdistill.models.imported import import_classifier, keep_factory
+
+    _check_import_out(out_dir, overwrite)
+    dataset = load_dataset(dataset_name)
+    model = import_classifier(factory, weights, dataset.input_shape, dataset.num_classes, input_transform)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arch, kept = keep_factory(factory, out_dir)
+    meta = {**_classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
+            "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
+    save_model(out_dir, model, meta)
+    teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory
+    test_accuracy = accuracy(teacher, dataset.x_test, dataset.y_test)
+    chance = 1 / dataset.num_classes
+    warnings = [] if test_accuracy >= NEAR_CHANCE * chance else [
+        f"test accuracy {100 * test_accuracy:.1f}% is near chance ({100 * chance:.1f}%): dpdistill feeds images in "
+        f"[-1, 1]; if the model was trained on other inputs, import it again with --input-range 0,1 and/or "
+        f"--normalize MEAN,STD as in its training (and --overwrite)"]
+    report = {"dataset": dataset.describe(), "arch": arch, "factory": kept, "weights": meta["imported_from"],
+              "input_transform": input_transform, "accuracy": {"teacher": test_accuracy}, "chance": chance,
+              "warnings": warnings, "dpdistill_version": __version__,
+              "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _check_import_out(out_dir: Path, overwrite: bool) -> None:
+    """An import writes into a new or empty directory, or with `overwrite` over a single teacher (an ensemble's
+    ensemble.json would hide it)."""
+    check_out_dir(out_dir)
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(f"--out {out_dir} is not empty: choose a new directory, or pass --overwrite to replace "
+                          f"the teacher there")
+    if is_ensemble(out_dir):
+        raise ConfigError(f"--out {out_dir} holds a teacher ensemble; an imported model is a single teacher: choose "
+                          f"another --out")
 
 
 def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,

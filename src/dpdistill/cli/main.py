@@ -303,6 +303,38 @@ def evaluate_command(
     typer.echo(json.dumps(result, indent=2))
 
 
+@app.command("import-teacher")
+@clear_errors
+def import_teacher_command(
+    factory: str = typer.Option(..., help="FILE.py:CALLABLE, copied into --out and run on every load (from any "
+                                          "directory, no PYTHONPATH), or module:callable, imported by name (it must "
+                                          "stay importable); called with those of in_shape, num_classes it accepts"),
+    weights: Path = typer.Option(..., help="safetensors file of the network's state_dict, under its own keys"),
+    dataset: str = typer.Option(..., help="the data set it classifies: fmnist, mnist, digits, a folder of IDX "
+                                          "files, or an .npz"),
+    out: Path = typer.Option(..., help="new or empty directory for model.safetensors, meta.json, factory.py and "
+                                       "report.json"),
+    input_range: Optional[str] = typer.Option(None, help="LOW,HIGH: the pixel range the model was trained on, e.g. "
+                                                         "0,1 (torchvision's ToTensor); dpdistill's images are in "
+                                                         "[-1, 1] and are mapped inside the model [default: -1,1]"),
+    normalize: Optional[str] = typer.Option(None, help="MEAN,STD (or all channels' means, then all their stds) "
+                                                       "subtracted and divided after --input-range, as in its "
+                                                       "training, e.g. 0.1307,0.3081"),
+    overwrite: bool = typer.Option(False, help="replace the teacher in a non-empty --out (its release ledger "
+                                               "stays: releases already made still count)"),
+) -> None:
+    """Bring in a PyTorch classifier trained outside dpdistill as a teacher (weights from safetensors only)."""
+    from dpdistill.models.transform import parse_input_transform
+    from dpdistill.pipeline import import_teacher
+
+    report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite)
+    console.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+    if "reference" in report["factory"]:
+        console.print(f"note: {report['factory']['note']}", highlight=False)
+    for warning in report["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+
+
 @app.command("demo")
 @clear_errors
 def demo_command(out: Path = typer.Option(Path("runs/demo"), help="output directory")) -> None:
