@@ -17,7 +17,6 @@ import dpdistill
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.models.ensemble import load_saved
 
 runner = CliRunner()
 SRC = Path(dpdistill.__file__).resolve().parents[1]
@@ -70,7 +69,7 @@ def test_imported_teacher_works_from_another_directory_without_pythonpath(foreig
     assert json.loads((run / "report.json").read_text())["privacy"]["teachers"] == 1
 
     data = load_dataset("digits")
-    loaded, _, _ = load_saved(teacher)
+    loaded = dpdistill.load_model(teacher)
     assert accuracy(loaded, data.x_test, data.y_test) == figures["accuracy"]
 
 

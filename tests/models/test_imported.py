@@ -6,12 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
+import dpdistill
 from dpdistill.errors import CheckpointError, ConfigError
-from dpdistill.models import build_classifier
+from dpdistill.methods.config import build_config
+from dpdistill.models import build_classifier, load_classifier
 from dpdistill.models.imported import import_classifier
 from dpdistill.models.transform import input_transform_spec, parse_input_transform
+from dpdistill.pipeline import transcribe
 
 FACTORIES = textwrap.dedent("""
     import torch
@@ -103,6 +106,34 @@ def test_nan_weights_are_refused_at_import(factories, tmp_path):
     save_file({"fc.weight": torch.eye(10), "fc.bias": torch.tensor([float("nan")] + [0.0] * 9)}, weights)
     with pytest.raises(CheckpointError, match=r"NaN or infinite values in 1 tensor\(s\), e.g. \['fc.bias'\]"):
         import_classifier(f"{factories}:statistics", weights, (1, 8, 8), 10, None)
+
+
+def test_a_teacher_whose_weights_became_nan_is_refused_on_load_before_any_budget_is_spent(factories, tmp_path):
+    teacher = tmp_path / "teacher"
+    dpdistill.import_teacher(f"{factories}:statistics", _identity_statistics(tmp_path), "digits", teacher)
+    tensors = load_file(teacher / "model.safetensors")
+    tensors["module.fc.weight"][0, 0] = float("inf")
+    save_file(tensors, teacher / "model.safetensors")
+    with pytest.raises(CheckpointError, match="NaN or infinite"):
+        load_classifier(teacher)
+    config = build_config("demo", {"iterations": 2}, {"mode": "label", "epsilon": 10.0})
+    with pytest.raises(CheckpointError, match="NaN or infinite"):
+        transcribe(teacher, config, tmp_path / "run")
+    assert not (teacher / "ledger.json").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_input_transform_is_applied_inside_the_model_wherever_it_is_loaded(factories, tmp_path):
+    teacher = tmp_path / "teacher"
+    result = dpdistill.import_teacher(f"{factories}:statistics", _identity_statistics(tmp_path), "digits", teacher,
+                                      input_range=(0, 1), mean=[0.5], std=[0.25])
+    x = torch.tensor([-1.0, 1.0, 1.0, 1.0]).repeat(16).view(1, 1, 8, 8)  # min -1, max 1, mean 0.5
+    expected = torch.tensor([(0 - 0.5) / 0.25, (1 - 0.5) / 0.25, (0.75 - 0.5) / 0.25])
+    for model in (result.model, dpdistill.load_model(teacher), load_classifier(teacher)[0]):
+        assert torch.allclose(model(x)[0, :3], expected)
+        assert torch.allclose(model.classify(model.features(x)), model(x))
+    untransformed = dpdistill.import_teacher(f"{factories}:statistics", _identity_statistics(tmp_path), "digits",
+                                             tmp_path / "plain").model
+    assert torch.allclose(untransformed(x)[0, :3], torch.tensor([-1.0, 1.0, 0.5]))
 
 
 @pytest.mark.parametrize("input_range, normalize, expected", [

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import DpDistillError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -110,8 +111,8 @@ def train_teacher_command(
     dirichlet_alpha: Optional[float] = typer.Option(None, help="simulate owners holding non-IID data: class "
                                                                "proportions ~ Dirichlet(alpha); its releases "
                                                                "have NO formal guarantee (default: keyed IID)"),
-    min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
-                                                   "partitions get more epochs)"),
+    min_steps: int = typer.Option(TEACHER_MIN_STEPS, min=0, help="at least this many optimizer steps per teacher "
+                                                                 "(small partitions get more epochs)"),
     augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "
                                                      "(0: off; small partitions gain about a point)"),
     init: Optional[Path] = typer.Option(None, help="start every teacher from this pretrained encoder's weights "
@@ -436,7 +437,8 @@ def pretrain_command(
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
                                                     "split, whose first --public-size images are public)"),
-    public_size: int = typer.Option(5000, min=2, help="public images to pretrain on (as `pate --public-size`)"),
+    public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="public images to pretrain on (as `pate "
+                                                                   "--public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
     steps: int = typer.Option(600, min=1, help="optimizer steps"),
     batch_size: int = typer.Option(256, min=2, help="images a step (two views of each)"),
