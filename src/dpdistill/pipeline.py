@@ -32,7 +32,8 @@ from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, declare_partition,
                                        is_ensemble, load_saved, load_teacher, member_directory, plurality_counts,
-                                       read_partition_key, save_head_ensemble, write_ensemble_description, write_partition_key)
+                                       read_partition_key, save_head_ensemble, write_ensemble_description,
+                                       write_partition_key)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.reporting.report import (PRIVATE_DIR, write_json, write_private_record,
                                         write_transcription_report)

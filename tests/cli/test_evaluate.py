@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
+from dpdistill.data.public import PoolSource
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.ensemble import load_saved
 from dpdistill.pipeline import train_teacher
@@ -52,3 +53,10 @@ def test_an_ensemble_without_public_images_is_measured_on_the_whole_split(digits
     assert figures["measured_on"]["indices"] == [0, 360] and figures["warnings"] == [] and stderr == ""
     report = json.loads((digits_ensemble / "report.json").read_text())
     assert figures["accuracy"] == report["accuracy"]["teacher"]
+
+
+def test_only_a_pool_from_the_same_test_split_is_left_out():
+    pool = PoolSource("digits", "test", 200)
+    assert pool.shared_test_images("digits") == 200
+    assert pool.shared_test_images("mnist") == 0
+    assert PoolSource("digits", "train", 200).shared_test_images("digits") == 0

@@ -17,6 +17,7 @@ import dpdistill
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.evaluation.metrics import accuracy
+from dpdistill.privacy.ledger import ReleaseLedger
 
 runner = CliRunner()
 SRC = Path(dpdistill.__file__).resolve().parents[1]
@@ -78,10 +79,12 @@ def test_the_input_range_is_what_makes_the_imported_teacher_accurate(foreign_tea
     result = invoke(*import_args(factory, weights, tmp_path / "as-is"))
     assert result.exit_code == 0, result.output
     as_is = json.loads((tmp_path / "as-is" / "report.json").read_text())
+    ReleaseLedger(tmp_path / "as-is").set_total(5.0)
     fixed = invoke(*import_args(factory, weights, tmp_path / "as-is", "--input-range", "0,1", "--overwrite"))
     assert fixed.exit_code == 0, fixed.output
     mapped = json.loads((tmp_path / "as-is" / "report.json").read_text())
     assert mapped["accuracy"]["teacher"] > as_is["accuracy"]["teacher"] + 0.1
+    assert ReleaseLedger(tmp_path / "as-is").read().total.epsilon == 5.0  # the private model's releases still count
 
 
 def test_a_model_near_chance_is_imported_with_a_warning(foreign_teacher, tmp_path):

@@ -1,6 +1,7 @@
 """Models trained outside dpdistill: factories called with what they accept, weights fitted under their own keys,
 NaN refused, and the declared input transform applied inside the model wherever it is loaded."""
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from dpdistill.methods.config import build_config
 from dpdistill.models import build_classifier, load_classifier
 from dpdistill.models.imported import import_classifier
 from dpdistill.models.transform import input_transform_spec, parse_input_transform
-from dpdistill.pipeline import transcribe
+from dpdistill.pipeline import import_teacher, transcribe
 
 FACTORIES = textwrap.dedent("""
     import torch
@@ -91,6 +92,20 @@ def _identity_statistics(path: Path) -> Path:
     return weights
 
 
+def test_a_module_factory_stays_a_reference(user_module, tmp_path):
+    network = build_classifier(f"{user_module}:tiny", (1, 8, 8), 10).module.eval()
+    weights = tmp_path / "tiny.safetensors"
+    save_file({key: value.contiguous() for key, value in network.state_dict().items()}, weights)
+    teacher = tmp_path / "teacher"
+    import_teacher(f"{user_module}:tiny", weights, "digits", teacher)
+    meta = json.loads((teacher / "meta.json").read_text())
+    assert meta["arch"] == meta["factory"]["reference"] == f"{user_module}:tiny"
+    assert "PYTHONPATH" in meta["factory"]["note"]
+    assert not (teacher / "factory.py").exists()
+    x = torch.randn(4, 1, 8, 8)
+    assert torch.equal(load_classifier(teacher)[0](x), network(x))
+
+
 def test_weights_under_other_keys_are_refused_in_one_line(factories, tmp_path):
     weights = tmp_path / "prefixed.safetensors"
     save_file({"module.fc.weight": torch.eye(10), "module.fc.bias": torch.zeros(10)}, weights)
@@ -98,7 +113,8 @@ def test_weights_under_other_keys_are_refused_in_one_line(factories, tmp_path):
         import_classifier(f"{factories}:statistics", weights, (1, 8, 8), 10, None)
     message = str(error.value)
     assert "\n" not in message
-    assert "missing ['fc.bias', 'fc.weight']" in message and "unexpected ['module.fc.bias', 'module.fc.weight']" in message
+    assert "missing ['fc.bias', 'fc.weight']" in message
+    assert "unexpected ['module.fc.bias', 'module.fc.weight']" in message
 
 
 def test_nan_weights_are_refused_at_import(factories, tmp_path):

@@ -307,9 +307,10 @@ def evaluate_command(
 @app.command("import-teacher")
 @clear_errors
 def import_teacher_command(
-    factory: str = typer.Option(..., help="FILE.py:CALLABLE, copied into --out and run on every load (from any "
-                                          "directory, no PYTHONPATH), or module:callable, imported by name (it must "
-                                          "stay importable); called with those of in_shape, num_classes it accepts"),
+    factory: str = typer.Option(..., help="FILE.py:CALLABLE, a self-contained file copied into --out and run on "
+                                          "every load (from any directory, no PYTHONPATH), or module:callable, "
+                                          "imported by name (it must stay importable); called with those of "
+                                          "in_shape, num_classes it accepts"),
     weights: Path = typer.Option(..., help="safetensors file of the network's state_dict, under its own keys"),
     dataset: str = typer.Option(..., help="the data set it classifies: fmnist, mnist, digits, a folder of IDX "
                                           "files, or an .npz"),
