@@ -113,6 +113,25 @@ def test_weights_that_do_not_fit_are_refused_in_one_line(foreign_teacher, tmp_pa
     assert not (tmp_path / "teacher").exists()
 
 
+def test_weights_that_are_not_safetensors_are_refused_without_being_unpickled(foreign_teacher, tmp_path):
+    factory, weights = foreign_teacher
+    pickled = tmp_path / "model.pt"
+    torch.save(load_file(weights), pickled)
+    result = invoke(*import_args(factory, pickled, tmp_path / "teacher"))
+    assert result.exit_code == 2 and "safetensors.torch.save_file" in " ".join(result.stderr.split())
+    missing = invoke(*import_args(factory, tmp_path / "absent.safetensors", tmp_path / "teacher"))
+    assert missing.exit_code == 2 and "no weights file at" in missing.stderr
+
+
+def test_a_factory_that_fails_to_import_is_one_error(foreign_teacher, tmp_path):
+    _, weights = foreign_teacher
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nraise RuntimeError('needs a GPU')\n")
+    result = invoke("import-teacher", "--factory", f"{broken}:build", "--weights", weights, "--dataset", "digits",
+                    "--out", tmp_path / "teacher")
+    assert result.exit_code == 2 and "needs a GPU" in result.stderr and "check the file exists" in result.stderr
+
+
 def test_a_non_empty_out_needs_overwrite(foreign_teacher, tmp_path):
     factory, weights = foreign_teacher
     (tmp_path / "notes.txt").write_text("mine")

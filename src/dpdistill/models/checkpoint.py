@@ -95,11 +95,14 @@ def _article(noun: Any) -> str:
 
 def read_weights(path: Path) -> dict[str, Tensor]:
     """The tensors of a safetensors file (never a pickle: reading it runs no code)."""
+    if not path.is_file():
+        raise CheckpointError(f"no weights file at {path}")
     try:
         return load_file(path)
     except (SafetensorError, OSError) as error:
-        raise CheckpointError(f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated, "
-                              f"save the model again") from error
+        raise CheckpointError(f"{path} is not a readable safetensors file ({error}): it is corrupt or truncated, "
+                              f"or in another format (dpdistill reads safetensors only, never a pickle: save the "
+                              f"state_dict with safetensors.torch.save_file); save the model again") from error
 
 
 def fit_weights(model: nn.Module, tensors: dict[str, Tensor], path: Path, misfit: str) -> None:

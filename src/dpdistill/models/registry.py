@@ -87,7 +87,7 @@ def _import_factory(spec: str) -> Callable[..., Any]:
     try:
         module = _load_file(Path(module_name)) if is_factory_file(spec) else importlib.import_module(module_name)
         factory = getattr(module, attribute)
-    except (ImportError, AttributeError, ValueError, OSError, SyntaxError) as error:
+    except Exception as error:  # importing runs the user's module: whatever it raises, the fix is there
         where = "the file exists" if is_factory_file(spec) else "the module is on PYTHONPATH"
         raise ConfigError(f"cannot import architecture {spec!r} ({error}); check {where} and defines "
                           f"{attribute!r}") from error
