@@ -41,3 +41,70 @@ def digits_encoder(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("encoder")
     pretrain("digits", None, 200, ContrastiveConfig(steps=5, batch_size=32), directory)
     return directory
+
+
+FOREIGN_FACTORY = '''
+"""A small ResNet written without dpdistill: its factory takes num_classes only, and it expects inputs in [0, 1]."""
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, x):
+        return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.layer1 = Block(16)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layer1(self.stem(x))), 1))
+
+
+def small_resnet(num_classes=10):
+    return SmallResNet(num_classes)
+'''
+
+
+@pytest.fixture(scope="session")
+def foreign_teacher(tmp_path_factory) -> tuple[Path, Path]:
+    """(factory file, safetensors weights under the network's own keys) of a small ResNet trained outside
+    dpdistill on digits scaled to [0, 1] (a few seconds)."""
+    import importlib.util
+
+    from safetensors.torch import save_file
+
+    from dpdistill.data import load_dataset
+
+    folder = tmp_path_factory.mktemp("elsewhere")
+    factory = folder / "my_resnet.py"
+    factory.write_text(FOREIGN_FACTORY)
+    spec = importlib.util.spec_from_file_location("foreign_resnet_for_training", factory)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.small_resnet(num_classes=10)
+    data = load_dataset("digits")
+    x01 = (data.x_train + 1) / 2
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(120):
+        batch = torch.randint(0, len(x01), (64,))
+        loss = torch.nn.functional.cross_entropy(model(x01[batch]), data.y_train[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    weights = folder / "weights.safetensors"
+    save_file({key: value.contiguous() for key, value in model.state_dict().items()}, weights)
+    return factory, weights

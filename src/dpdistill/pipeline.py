@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
+from dpdistill.data.public import PUBLIC_POOL, PoolSource, public_split
+from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.methods.base import Source
 from dpdistill.methods.config import TranscriptionConfig
@@ -27,8 +30,8 @@ from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
-                                       HeadEnsemble, MemberEnsemble, TeacherEnsemble, member_directory,
-                                       plurality_counts, read_partition_key, save_head_ensemble,
+                                       HeadEnsemble, MemberEnsemble, TeacherEnsemble, is_ensemble, load_saved,
+                                       member_directory, plurality_counts, read_partition_key, save_head_ensemble,
                                        write_ensemble_description, write_partition_key)
 from dpdistill.privacy.ledger import coverage as privacy_coverage
 from dpdistill.reporting.report import write_json
@@ -42,9 +45,10 @@ if TYPE_CHECKING:
     from dpdistill.training.self_supervised import ContrastiveConfig
 
 __all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "train_private", "evaluate",
-           "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage"]
+           "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage", "import_teacher"]
 
 ENSEMBLE_PLAN = "ensemble-plan.json"
+NEAR_CHANCE = 2  # an imported teacher below this many times chance accuracy is warned about
 
 
 def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None,
@@ -58,7 +62,8 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
 def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None) -> dict:
     dataset = load_dataset(dataset_name)
     model, training = train_classifier(dataset, config, progress)
-    save_model(out_dir, model, classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name))
+    save_model(out_dir, model, classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
+                                               config.init))
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
@@ -80,14 +85,13 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
 
 def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "ContrastiveConfig", out_dir: Path,
               progress: Progress | None) -> dict:
-    from dpdistill.data.public import public_split
     from dpdistill.training.self_supervised import pretrain_contrastive
 
     evaluation = load_dataset(dataset_name)
     split = public_split(evaluation, public, public_size)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
     meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
-            "kind": "encoder", "pretrained_on": split.description}
+            "kind": "encoder", "pretrained_on": split.description, PUBLIC_POOL: dataclasses.asdict(split.source)}
     save_model(out_dir, encoder, meta, name=ENCODER)
     report = {"method": "contrastive pretraining (SimCLR)", "dataset": dataset_name, "public": split.description,
               "config": dataclasses.asdict(config), "history": training["history"],
@@ -139,7 +143,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         state.mkdir(parents=True)
         write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
                                "config": dataclasses.asdict(config)})
-    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     members, models = [], []
     for index, part in enumerate(parts):
         record_path = state / f"member-{index:03d}.json"
@@ -190,7 +194,7 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
     training_seconds = time.perf_counter() - started
     test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
-    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
                        {"partition": partition, "dataset": dataset_name, "arch": config.arch,
                         "test_accuracy": test_accuracy})
@@ -299,9 +303,72 @@ def coverage(config: TranscriptionConfig) -> str:
     return privacy_coverage(COVERS, uncovered_reads(config))["covered"]
 
 
-def evaluate(model_dir: Path, dataset_name: str, name: str = "model") -> dict[str, Any]:
-    """Accuracy of a saved classifier on a dataset's real test split."""
-    model, meta = load_classifier(model_dir, name=name)
+def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dict[str, Any]:
+    """Accuracy of a saved model (models/ensemble.load_saved picks it) on a data set's real test split, and which
+    images that was: test images the model learnt from as public images (its starting encoder's pool, or a PATE
+    student's) are left out and said so, or, where none would remain, warned about."""
+    model, meta, path = load_saved(model_dir, name)
     dataset = evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
-    return {"model": str(model_dir / f"{name}.safetensors"), "dataset": dataset_name,
-            "accuracy": accuracy(model, dataset.x_test, dataset.y_test), "n_test": len(dataset.y_test)}
+    total = len(dataset.y_test)
+    seen = PoolSource(**meta[PUBLIC_POOL]).shared_test_images(dataset.name) if meta.get(PUBLIC_POOL) else 0
+    start = seen if seen < total else 0
+    warnings = []
+    if seen:
+        how = (f"started from the encoder {meta['init']}, pretrained on them" if meta.get("init")
+               else "learnt from them as its public images")
+        outcome = (f"they are left out: accuracy on the other {total - seen}" if start
+                   else "none would remain, so this accuracy includes images it has seen")
+        warnings.append(f"the first {seen} test images of {dataset.name} are public images to this model (it {how}); "
+                        f"{outcome}")
+    measured = {"dataset": dataset.name, "split": "test", "images": total - start, "indices": [start, total],
+                "of": total}
+    return {"model": str(path), "dataset": dataset_name,
+            "accuracy": accuracy(model, dataset.x_test[start:], dataset.y_test[start:]), "n_test": total - start,
+            "measured_on": measured, "warnings": warnings}
+
+
+def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path,
+                   input_transform: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Make a classifier trained outside dpdistill a teacher (models/imported.py): its weights, description and
+    factory in `out_dir`, and report.json with its test accuracy, warned about when near chance (the usual sign
+    of inputs in another range or normalisation than the model was trained on).
+
+    `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
+    from the private model it held still count."""
+    from dpdistill.models.imported import import_classifier, keep_factory
+
+    _check_import_out(out_dir, overwrite)
+    dataset = load_dataset(dataset_name)
+    model = import_classifier(factory, weights, dataset.input_shape, dataset.num_classes, input_transform)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arch, kept = keep_factory(factory, out_dir)
+    meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
+            "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
+    save_model(out_dir, model, meta)
+    teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory
+    test_accuracy = accuracy(teacher, dataset.x_test, dataset.y_test)
+    chance = 1 / dataset.num_classes
+    warnings = [] if test_accuracy >= NEAR_CHANCE * chance else [
+        f"test accuracy {100 * test_accuracy:.1f}% is near chance ({100 * chance:.1f}%): dpdistill feeds images in "
+        f"[-1, 1]; if the model was trained on other inputs, import it again with --input-range 0,1 and/or "
+        f"--normalize MEAN,STD as in its training (and --overwrite)"]
+    report = {"dataset": dataset.describe(), "arch": arch, "factory": kept, "weights": meta["imported_from"],
+              "input_transform": input_transform, "accuracy": {"teacher": test_accuracy}, "chance": chance,
+              "warnings": warnings, "dpdistill_version": __version__,
+              "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _check_import_out(out_dir: Path, overwrite: bool) -> None:
+    """An import writes into a new or empty directory, or with `overwrite` over a single teacher (an ensemble's
+    ensemble.json would hide it)."""
+    check_out_dir(out_dir)
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(f"--out {out_dir} is not empty: choose a new directory, or pass --overwrite to replace "
+                          f"the teacher there")
+    if is_ensemble(out_dir):
+        raise ConfigError(f"--out {out_dir} holds a teacher ensemble; an imported model is a single teacher: choose "
+                          f"another --out")

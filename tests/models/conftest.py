@@ -47,6 +47,10 @@ SOURCE = textwrap.dedent("""
         return nn.Linear(4, num_classes)
 
 
+    def raises(in_shape, num_classes):
+        raise RuntimeError("no such layer")
+
+
     NOT_CALLABLE = 3
 """)
 

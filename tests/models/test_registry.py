@@ -41,7 +41,8 @@ def test_build_check_leaves_batchnorm_statistics_alone(user_module):
     ("NOT_CALLABLE", "not a callable"),
     ("absent", "cannot import"),
     ("not_a_module", "not a torch.nn.Module"),
-    ("no_in_shape", "failed when called"),
+    ("raises", r"failed when called as raises\(in_shape=\(1, 8, 8\), num_classes=10\): no such layer"),
+    ("no_in_shape", "fails on inputs"),  # called with num_classes alone, it builds a layer for other inputs
     ("no_linear", "nn.Linear"),
     ("wrong_size", "fails on inputs"),
     ("wrong_classes", r"expected \(2, 10\)"),

@@ -224,6 +224,7 @@ def test_private_linear_probe_learns_only_the_head_of_the_public_encoder(tmp_pat
     digits = load_dataset("digits")
     model, _ = load_classifier(tmp_path, "student")
     assert accuracy(model, digits.x_test[200:], digits.y_test[200:]) == pytest.approx(report["accuracy"]["student"])
+    assert evaluate(tmp_path, "digits")["accuracy"] == pytest.approx(report["accuracy"]["student"])  # on the same 160
     privacy = report["privacy"]
     assert privacy["epsilon"] <= 10.0 and privacy["covered"].endswith("its starting encoder saw public images only")
     assert "only its last layer learns" in (tmp_path / "report.md").read_text()

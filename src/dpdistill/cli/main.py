@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import DpDistillError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -111,8 +112,8 @@ def train_teacher_command(
     dirichlet_alpha: Optional[float] = typer.Option(None, help="simulate owners holding non-IID data: class "
                                                                "proportions ~ Dirichlet(alpha); its releases "
                                                                "have NO formal guarantee (default: keyed IID)"),
-    min_steps: int = typer.Option(300, min=0, help="at least this many optimizer steps per teacher (small "
-                                                   "partitions get more epochs)"),
+    min_steps: int = typer.Option(TEACHER_MIN_STEPS, min=0, help="at least this many optimizer steps per teacher "
+                                                                 "(small partitions get more epochs)"),
     augment_shift: int = typer.Option(0, min=0, help="translate training images by up to this many pixels "
                                                      "(0: off; small partitions gain about a point)"),
     init: Optional[Path] = typer.Option(None, help="start every teacher from this pretrained encoder's weights "
@@ -305,16 +306,51 @@ def budget_command(
 @app.command("evaluate")
 @clear_errors
 def evaluate_command(
-    model: Path = typer.Option(..., help="a teacher or transcription output directory"),
+    model: Path = typer.Option(..., help="a teacher, imported teacher, teacher ensemble or run output directory"),
     dataset: str = typer.Option(..., help="data set whose test split is used"),
-    name: Optional[str] = typer.Option(None, help="model file stem (default: model, else student)"),
+    name: Optional[str] = typer.Option(None, help="model file stem (default: the teacher or ensemble, else student)"),
 ) -> None:
-    """Accuracy of a saved model on a data set's real test split (JSON on stdout)."""
+    """Accuracy of a saved model on a data set's real test split (JSON on stdout), and which images it was measured
+    on: test images the model saw as public images are left out, and said so on stderr."""
     from dpdistill.pipeline import evaluate
 
-    if name is None:
-        name = "student" if (model / "student.safetensors").exists() and not (model / "model.safetensors").exists() else "model"
-    typer.echo(json.dumps(evaluate(model, dataset, name), indent=2))
+    result = evaluate(model, dataset, name)
+    for warning in result["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+    typer.echo(json.dumps(result, indent=2))
+
+
+@app.command("import-teacher")
+@clear_errors
+def import_teacher_command(
+    factory: str = typer.Option(..., help="FILE.py:CALLABLE, a self-contained file copied into --out and run on "
+                                          "every load (from any directory, no PYTHONPATH), or module:callable, "
+                                          "imported by name (it must stay importable); called with those of "
+                                          "in_shape, num_classes it accepts"),
+    weights: Path = typer.Option(..., help="safetensors file of the network's state_dict, under its own keys"),
+    dataset: str = typer.Option(..., help="the data set it classifies: fmnist, mnist, digits, a folder of IDX "
+                                          "files, or an .npz"),
+    out: Path = typer.Option(..., help="new or empty directory for model.safetensors, meta.json, factory.py and "
+                                       "report.json"),
+    input_range: Optional[str] = typer.Option(None, help="LOW,HIGH: the pixel range the model was trained on, e.g. "
+                                                         "0,1 (torchvision's ToTensor); dpdistill's images are in "
+                                                         "[-1, 1] and are mapped inside the model [default: -1,1]"),
+    normalize: Optional[str] = typer.Option(None, help="MEAN,STD (or all channels' means, then all their stds) "
+                                                       "subtracted and divided after --input-range, as in its "
+                                                       "training, e.g. 0.1307,0.3081"),
+    overwrite: bool = typer.Option(False, help="replace the teacher in a non-empty --out (its release ledger "
+                                               "stays: releases already made still count)"),
+) -> None:
+    """Bring in a PyTorch classifier trained outside dpdistill as a teacher (weights from safetensors only)."""
+    from dpdistill.models.transform import parse_input_transform
+    from dpdistill.pipeline import import_teacher
+
+    report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite)
+    console.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+    if "reference" in report["factory"]:
+        console.print(f"note: {report['factory']['note']}", highlight=False)
+    for warning in report["warnings"]:
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
 
 
 @app.command("demo")
@@ -396,7 +432,8 @@ def pretrain_command(
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
                                                     "split, whose first --public-size images are public)"),
-    public_size: int = typer.Option(5000, min=2, help="public images to pretrain on (as `pate --public-size`)"),
+    public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="public images to pretrain on (as `pate "
+                                                                   "--public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
     steps: int = typer.Option(600, min=1, help="optimizer steps"),
     batch_size: int = typer.Option(256, min=2, help="images a step (two views of each)"),

@@ -16,6 +16,23 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError, DatasetError
 
 
+PUBLIC_POOL = "public_pool"  # the key of a PoolSource in the description of a model that saw the pool
+
+
+@dataclass(frozen=True)
+class PoolSource:
+    """Where a public pool comes from: the first `size` images of the `split` ("test" or "train") of `dataset`.
+    Kept in the description of every model that saw them, so that an evaluation can leave them out."""
+
+    dataset: str
+    split: str
+    size: int
+
+    def shared_test_images(self, dataset: str) -> int:
+        """How many leading images of `dataset`'s test split belong to this pool."""
+        return self.size if self.split == "test" and self.dataset == dataset else 0
+
+
 @dataclass(frozen=True)
 class PublicSplit:
     """The student's public images and the labelled images its accuracy is measured on, never the same ones."""
@@ -24,6 +41,7 @@ class PublicSplit:
     x_eval: Tensor
     y_eval: Tensor
     description: str
+    source: PoolSource
     pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
 
 
@@ -39,7 +57,8 @@ def public_split(evaluation: ImageDataset, public: str | None, size: int) -> Pub
                               f"of {size} leaves none to measure accuracy on; lower --public-size")
         return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
                            f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
-                           f"{len(evaluation.y_test) - size}", evaluation.y_test[:size])
+                           f"{len(evaluation.y_test) - size}", PoolSource(evaluation.name, "test", size),
+                           evaluation.y_test[:size])
     source = load_dataset(public)
     if source.input_shape != evaluation.input_shape:
         raise DatasetError(f"public data set {public!r} has inputs {source.input_shape}, the teachers "
@@ -48,4 +67,5 @@ def public_split(evaluation: ImageDataset, public: str | None, size: int) -> Pub
         raise ConfigError(f"{public} has {len(source.x_train)} training images, fewer than --public-size {size}")
     return PublicSplit(source.x_train[:size], evaluation.x_test, evaluation.y_test,
                        f"the first {size} training images of {source.name} (unlabelled); accuracy on the "
-                       f"{len(evaluation.y_test)} test images of {evaluation.name}")
+                       f"{len(evaluation.y_test)} test images of {evaluation.name}",
+                       PoolSource(source.name, "train", size))

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from dpdistill.atomic import write_atomically
 from dpdistill.data.base import ImageDataset
-from dpdistill.data.public import PublicSplit, public_split
+from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
@@ -419,8 +419,9 @@ class PateJob(Job):
 
         return Outcome(
             report=report, privacy=privacy, covers=COVERS, uncovered=reads,
-            models={"student": (student, classifier_meta(config.student_arch, self.in_shape, num_classes,
-                                                         self.dataset_name))},
+            models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
+                                                            self.dataset_name, config.student_init),
+                                          PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them
             private_record={"accuracy": {"teacher": teacher_accuracy(self.ensemble, self.meta, self.evaluation,
                                                                      self.dataset_name, config.device)}},
             release=self.planned, write_files=write_files)

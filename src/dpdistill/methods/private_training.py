@@ -65,7 +65,8 @@ class PrivateTrainingJob(Job):
         reads = reproducible_noise_read(config.reproducible_noise)
         if method.student_read is not None:
             reads.append(method.student_read)
-        meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset)
+        meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset,
+                               config.student_init)
         report = {"dataset": config.dataset,
                   "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
                   "accuracy": {"student": result.history[-1]["test_accuracy"]},

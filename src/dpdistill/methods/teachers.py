@@ -11,9 +11,12 @@ from torch import nn
 from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
+from dpdistill.data.public import PUBLIC_POOL
 from dpdistill.errors import DatasetError
 from dpdistill.evaluation.metrics import accuracy
+from dpdistill.models.checkpoint import ENCODER, read_meta
 from dpdistill.models.ensemble import load_teacher
+from dpdistill.training.teacher import SCATTER_INIT
 
 
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
@@ -21,11 +24,18 @@ def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
     return load_teacher(teacher_dir)
 
 
-def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None) -> dict:
-    """The description saved beside a classifier's weights, enough to rebuild it."""
-    return {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
+def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None,
+                    init: str | None = None) -> dict:
+    """The description saved beside a classifier's weights, enough to rebuild it; with `init`, the pretrained
+    encoder it started from and the public pool that encoder saw (so `evaluate` can leave those images out)."""
+    meta = {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
             "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
             "dpdistill_version": __version__}
+    if init is None or init == SCATTER_INIT:  # random weights, or a fixed transform: no image seen
+        return meta
+    encoder = read_meta(Path(init), ENCODER)
+    return {**meta, "init": init, "pretrained_on": encoder.get("pretrained_on"),
+            PUBLIC_POOL: encoder.get(PUBLIC_POOL)}
 
 
 def evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:

@@ -9,6 +9,11 @@ may be a user's `module.path:callable`, re-imported on load), plus `members` and
 ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
+A model brought in by `dpdistill import-teacher` carries `factory` (`file`: its factory's source, copied into the
+directory and run again on load, and `callable`; or `reference`: a `module:callable` imported by name) and
+`input_transform` (models/transform.py). A model started from a pretrained encoder carries `init` (the encoder's
+directory), `pretrained_on` and `public_pool` (the encoder's public images, data/public.py PoolSource); a PATE
+student, the `public_pool` it learnt from. Weights holding NaN or infinite values are refused on every load.
 """
 
 from __future__ import annotations
@@ -17,17 +22,20 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from torch import nn
+from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_classifier, build_generator
+from dpdistill.models.transform import InputTransform, TransformedClassifier
 
 TEACHER = "model"
+STUDENT = "student"  # what transcribe, pate and train-private write: student.safetensors + student.json
 ENCODER = "encoder"  # a pretrained starting point (`dpdistill pretrain`): encoder.safetensors + encoder.json
 MAKERS = {TEACHER: ("teacher", "train one with `dpdistill train-teacher`"),
           ENCODER: ("encoder", "pretrain one on public images with `dpdistill pretrain`")}  # for a missing checkpoint
@@ -53,7 +61,8 @@ def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: st
     write_atomically(writers)
 
 
-def _read_meta(directory: Path, name: str) -> dict[str, Any]:
+def read_meta(directory: Path, name: str) -> dict[str, Any]:
+    """The JSON description of the saved model `name` in `directory` (refused when weights or description lack)."""
     weights = directory / f"{name}.safetensors"
     if not weights.exists():
         what, make = MAKERS.get(name, (name, "run `dpdistill transcribe` to make one"))
@@ -84,24 +93,42 @@ def _article(noun: Any) -> str:
     return f"{'an' if str(noun)[:1] in 'aeiou' else 'a'} {noun}"
 
 
-def _load_weights(directory: Path, name: str, model: nn.Module, arch: str) -> None:
-    path = directory / f"{name}.safetensors"
+def read_weights(path: Path) -> dict[str, Tensor]:
+    """The tensors of a safetensors file (never a pickle: reading it runs no code)."""
+    if not path.is_file():
+        raise CheckpointError(f"no weights file at {path}")
     try:
-        tensors = load_file(path)
+        return load_file(path)
     except (SafetensorError, OSError) as error:
-        raise CheckpointError(f"{path} is not a readable safetensors file ({error}); it is corrupt or truncated, "
-                              f"save the model again") from error
+        raise CheckpointError(f"{path} is not a readable safetensors file ({error}): it is corrupt or truncated, "
+                              f"or in another format (dpdistill reads safetensors only, never a pickle: save the "
+                              f"state_dict with safetensors.torch.save_file); save the model again") from error
+
+
+def fit_weights(model: nn.Module, tensors: dict[str, Tensor], path: Path, misfit: str) -> None:
+    """Load `tensors` into `model` under their own keys, refusing in one line a set of keys or shapes that is not
+    the model's (`misfit` says what the file should have fitted) and any NaN or infinite value: such a model
+    answers at chance, and a release from it would spend privacy budget for nothing."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     mismatched = sorted(k for k in set(expected) & set(tensors) if expected[k].shape != tensors[k].shape)
     if missing or unexpected or mismatched:
-        raise CheckpointError(
-            f"{path} does not fit architecture {arch!r} named in its description (a foreign checkpoint, or "
-            f"weights and description from different models): missing {missing[:3]}, unexpected "
-            f"{unexpected[:3]}, wrong shape {mismatched[:3]}"
-        )
+        raise CheckpointError(f"{path} does not fit {misfit}: missing {missing[:3]}, unexpected {unexpected[:3]}, "
+                              f"wrong shape {mismatched[:3]} ({len(missing)}, {len(unexpected)} and "
+                              f"{len(mismatched)} in all)")
+    broken = sorted(key for key, tensor in tensors.items()
+                    if tensor.is_floating_point() and not torch.isfinite(tensor).all())
+    if broken:
+        raise CheckpointError(f"{path} holds NaN or infinite values in {len(broken)} tensor(s), e.g. {broken[:3]}: "
+                              f"the model diverged or the file is damaged; train or export it again")
     model.load_state_dict(tensors)
+
+
+def _load_weights(directory: Path, name: str, model: nn.Module, arch: str) -> None:
+    path = directory / f"{name}.safetensors"
+    fit_weights(model, read_weights(path), path, f"architecture {arch!r} named in its description (a foreign "
+                                                  f"checkpoint, or weights and description from different models)")
 
 
 def _build(directory: Path, name: str, build: Callable[[], nn.Module]) -> Any:
@@ -119,9 +146,9 @@ def _build(directory: Path, name: str, build: Callable[[], nn.Module]) -> Any:
 def load_module(directory: Path, name: str, kind: str, build: Callable[[dict[str, Any]], nn.Module]
                 ) -> tuple[Any, dict[str, Any]]:
     """The saved `kind` model `name` in eval mode, rebuilt by `build(meta)` and refused unless its weights fit."""
-    meta = _read_meta(directory, name)
+    meta = read_meta(directory, name)
     _check_kind(meta, kind, directory, name)
-    model = _build(directory, name, lambda: build(meta))
+    model = _build(directory, name, lambda: build(_with_local_factory(meta, directory)))
     _load_weights(directory, name, model, str(meta.get("arch", kind)))
     return model.eval(), meta
 
@@ -133,10 +160,22 @@ def load_classifier(directory: Path, name: str = TEACHER, kind: str = "classifie
     return load_module(directory, name, kind, rebuild_classifier)
 
 
+def _with_local_factory(meta: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The description with `arch` pointing at the factory file kept beside the weights, if there is one, so the
+    model loads from any working directory and without PYTHONPATH."""
+    factory = meta.get("factory") or {}
+    if not factory.get("file"):
+        return meta
+    return {**meta, "arch": f"{directory / factory['file']}:{factory['callable']}"}
+
+
 def rebuild_classifier(meta: dict[str, Any]) -> Classifier:
-    """The untrained classifier a description names (made per-example for Opacus where it was trained so)."""
-    model = build_classifier(meta["arch"], tuple(meta["in_shape"]), int(meta["num_classes"]),
-                             **meta.get("arch_options", {}))
+    """The untrained classifier a description names (made per-example for Opacus where it was trained so, and
+    given the input transform it was imported with)."""
+    in_shape = tuple(meta["in_shape"])
+    model = build_classifier(meta["arch"], in_shape, int(meta["num_classes"]), **meta.get("arch_options", {}))
+    if meta.get("input_transform"):
+        model = TransformedClassifier(model, InputTransform(meta["input_transform"], int(in_shape[0])))
     if meta.get("opacus_fixed"):
         from opacus.validators import ModuleValidator  # only such checkpoints need Opacus
 

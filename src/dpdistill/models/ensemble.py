@@ -34,7 +34,7 @@ from dpdistill.atomic import write_atomically
 from dpdistill.data.partition import KEY_BYTES
 from dpdistill.errors import CheckpointError
 from dpdistill.models.base import Classifier
-from dpdistill.models.checkpoint import load_classifier, load_module, rebuild_classifier, save_model
+from dpdistill.models.checkpoint import STUDENT, TEACHER, load_classifier, load_module, rebuild_classifier, save_model
 from dpdistill.privacy.ledger import UncoveredRead
 
 ENSEMBLE_FILE = "ensemble.json"
@@ -238,3 +238,16 @@ def load_teacher(directory: Path) -> tuple[Classifier | TeacherEnsemble, dict[st
     if len(shapes) != 1:
         raise CheckpointError(f"the members of {directory} disagree on input shape or classes: {sorted(shapes)}")
     return MemberEnsemble(members).eval(), {**metas[0], "ensemble": description}
+
+
+def load_saved(directory: Path, name: str | None = None) -> tuple[nn.Module, dict[str, Any], Path]:
+    """Any saved classifier in eval mode, with its description and the file it came from: the checkpoint `name`
+    (model, student, ...) in `directory`; by default its teacher or teacher ensemble, else a run's student."""
+    if name is None and is_ensemble(directory):
+        model, meta = load_teacher(directory)
+        return model, meta, directory / ENSEMBLE_FILE
+    if name is None:
+        has = {stem: (directory / f"{stem}.safetensors").exists() for stem in (TEACHER, STUDENT)}
+        name = STUDENT if has[STUDENT] and not has[TEACHER] else TEACHER
+    model, meta = load_classifier(directory, name)
+    return model, meta, directory / f"{name}.safetensors"

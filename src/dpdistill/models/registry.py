@@ -1,8 +1,14 @@
-"""Architectures by name, and user-supplied ones as `module.path:callable`."""
+"""Architectures by name, and user-supplied ones as `module.path:callable` or `file.py:callable`."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import torch
@@ -62,29 +68,81 @@ class ForeignClassifier(Classifier):
         return self.module(x)
 
 
+def is_factory_file(spec: str) -> bool:
+    """Whether `spec` names a Python file (`file.py:callable`) rather than an importable module."""
+    return spec.rpartition(":")[0].endswith(".py")
+
+
 def _import_factory(spec: str) -> Callable[..., Any]:
-    module_name, _, attribute = spec.partition(":")
+    """The callable `spec` names: `module.path:callable` (imported by name, so the module must be importable) or
+    `path/to/file.py:callable` (that file, run as a module of its own; nothing is added to sys.path).
+
+    Either way this runs Python code the user chose to run, as any `import` does: a factory file copied into a
+    checkpoint directory by `dpdistill import-teacher` is run again on every load of that checkpoint. Weights are
+    never unpickled: they come from safetensors files only."""
+    module_name, _, attribute = spec.rpartition(":")
     if not module_name or not attribute:
-        raise ConfigError(f"architecture {spec!r} must read `module.path:callable`, e.g. `my_models:build_net`")
+        raise ConfigError(f"architecture {spec!r} must read `module.path:callable` or `file.py:callable`, e.g. "
+                          f"`my_models:build_net`")
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise ConfigError(f"cannot import architecture {spec!r} ({error}); check the module is on PYTHONPATH "
-                          f"and defines {attribute!r}") from error
+        module = _load_file(Path(module_name)) if is_factory_file(spec) else importlib.import_module(module_name)
+        factory = getattr(module, attribute)
+    except Exception as error:  # importing runs the user's module: whatever it raises, the fix is there
+        where = "the file exists" if is_factory_file(spec) else "the module is on PYTHONPATH"
+        raise ConfigError(f"cannot import architecture {spec!r} ({error}); check {where} and defines "
+                          f"{attribute!r}") from error
     if not callable(factory):
         raise ConfigError(f"architecture {spec!r} is a {type(factory).__name__}, not a callable returning a model")
     return factory
+
+
+def _load_file(path: Path) -> ModuleType:
+    """The module defined by the Python file `path`, under a name of its own (two teachers' factory files may
+    share a file name), loaded again when the file changes."""
+    resolved = path.expanduser().resolve()
+    if not resolved.is_file():
+        raise ImportError(f"no file {resolved}")
+    name = "dpdistill_factory_" + hashlib.sha256(str(resolved).encode() + resolved.read_bytes()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, as `import` does: dataclasses in the file look it up there
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _factory_arguments(factory: Callable[..., Any], in_shape: tuple[int, int, int], num_classes: int
+                      ) -> dict[str, Any]:
+    """Those of `in_shape` and `num_classes` that the factory accepts by keyword (all of them if it takes
+    **kwargs or hides its signature): models written elsewhere often take `num_classes` alone."""
+    offered = {"in_shape": in_shape, "num_classes": num_classes}
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or extension callable: no signature to read
+        return offered
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return offered
+    accepted = {parameter.name for parameter in parameters if parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return {name: value for name, value in offered.items() if name in accepted}
 
 
 def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classes: int,
                            **options: Any) -> Classifier:
     """Build, adapt and smoke-test a user model, so a mistake fails here rather than mid-training."""
     factory = _import_factory(spec)
+    arguments = {**_factory_arguments(factory, in_shape, num_classes), **options}
     try:
-        model = factory(in_shape=in_shape, num_classes=num_classes, **options)
+        model = factory(**arguments)
     except Exception as error:  # whatever user code raises, the fix is in their factory
-        raise ConfigError(f"architecture {spec!r} failed when called as {spec.partition(':')[2]}"
-                          f"(in_shape={in_shape}, num_classes={num_classes}): {error}") from error
+        called = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
+        raise ConfigError(f"architecture {spec!r} failed when called as {spec.rpartition(':')[2]}({called}): "
+                          f"{error}") from error
     if not isinstance(model, nn.Module):
         raise ConfigError(f"architecture {spec!r} returned {type(model).__name__}, not a torch.nn.Module")
     if not isinstance(model, Classifier):
@@ -109,7 +167,8 @@ def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classe
 
 
 def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int, **options: Any) -> Classifier:
-    """A fresh classifier; `arch` is a registered name or `module.path:callable` (called with in_shape, num_classes)."""
+    """A fresh classifier; `arch` is a registered name, `module.path:callable` or `file.py:callable` (called with
+    those of in_shape and num_classes it accepts)."""
     shape = tuple(int(v) for v in in_shape)
     if len(shape) != 3:
         raise ConfigError(f"input shape must be (channels, height, width), got {tuple(in_shape)}")

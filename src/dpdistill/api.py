@@ -1,0 +1,147 @@
+"""dpdistill from Python: `load_model`, and one call per command with the command line's defaults.
+
+Every call takes keyword arguments named as the command's options (underscores for dashes; a command's knobs are
+the fields of its configuration class, with that class's defaults) and returns what the command wrote: `out`, the
+`report` it saved, and the model it made, loaded as an `nn.Module`.
+
+Images are what dpdistill's data sets hold: float tensors (N, C, H, W) in [-1, 1]. Every model `load_model` gives
+takes them so and returns logits; an imported teacher applies its own input transform inside (its range and
+normalisation from `import_teacher`), so the same images serve every model, as in `evaluate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from torch import nn
+
+from dpdistill import pipeline
+from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
+from dpdistill.errors import ConfigError
+from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier
+from dpdistill.models.ensemble import load_saved
+from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
+from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
+
+Progress = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command wrote (`out`) and reported (`report`: its report.json, or evaluate's JSON)."""
+
+    out: Path
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelResult(Result):
+    """A teacher, teacher ensemble or encoder, loaded from `out`."""
+
+    model: nn.Module
+
+
+@dataclass(frozen=True)
+class StudentResult(Result):
+    """A private student, loaded from `out`."""
+
+    student: nn.Module
+
+
+def load_model(path: str | Path, name: str | None = None) -> nn.Module:
+    """The model saved in `path`, in eval mode: a teacher (trained or imported), a teacher ensemble, or a run's
+    student; `name` picks another checkpoint of the directory (its file stem). It takes images in [-1, 1], as
+    `evaluate` feeds them, and applies its own input transform."""
+    return load_saved(Path(path), name)[0]
+
+
+def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichlet_alpha: float | None = None,
+                  resume: bool = False, budget: float | None = None, budget_delta: float = DEFAULT_DELTA,
+                  progress: Progress | None = None, **options: Any) -> ModelResult:
+    """`dpdistill train-teacher`: one teacher, or with `partitions` > 1 an ensemble; `options` are TeacherConfig's
+    fields (arch, epochs, batch_size, lr, min_steps, init, heads_only, ...)."""
+    from dpdistill.training.teacher import TeacherConfig
+
+    out = Path(out)
+    total = None if budget is None else Budget(budget, budget_delta)  # refused before hours of training
+    config = TeacherConfig(**{"min_steps": TEACHER_MIN_STEPS, **options})
+    if partitions == 1 and (dirichlet_alpha is not None or config.heads_only):
+        raise ConfigError("dirichlet_alpha and heads_only shape an ensemble: use them with partitions > 1")
+    if partitions > 1 or resume:
+        report = pipeline.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume)
+    else:
+        report = pipeline.train_teacher(dataset, out, config, progress)
+    if total is not None:
+        ReleaseLedger(out).set_total(total.epsilon, total.delta)
+    return ModelResult(out, report, load_model(out))
+
+
+def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | Path, *,
+                   input_range: Sequence[float] = DPDISTILL_RANGE, mean: Sequence[float] | None = None,
+                   std: Sequence[float] | None = None, overwrite: bool = False) -> ModelResult:
+    """`dpdistill import-teacher`: the network `factory` builds (`file.py:callable` or `module:callable`) with the
+    safetensors `weights`, as a teacher in `out`; `input_range`, `mean` and `std` describe the inputs it was
+    trained on (mean and std: one value, or one per channel)."""
+    out = Path(out)
+    transform = input_transform_spec(input_range, mean, std)
+    report = pipeline.import_teacher(factory, Path(weights), dataset, out, transform, overwrite)
+    return ModelResult(out, report, load_model(out))
+
+
+def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public_size: int = PUBLIC_POOL_SIZE,
+             progress: Progress | None = None, **options: Any) -> ModelResult:
+    """`dpdistill pretrain`: a contrastive encoder on the public pool; `options` are ContrastiveConfig's fields
+    (arch, steps, batch_size, temperature, lr, seed, device)."""
+    from dpdistill.training.self_supervised import ContrastiveConfig
+
+    out = Path(out)
+    report = pipeline.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress)
+    return ModelResult(out, report, load_classifier(out, ENCODER, kind="encoder")[0])
+
+
+def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = None, dataset: str | None = None,
+               privacy: str | None = None, epsilon: float | None = None, delta: float | None = None,
+               accounting: str | None = None, sigma: float | None = None, beta: float | None = None,
+               epsilon0: float | None = None, resume: bool = False, progress: Progress | None = None,
+               **options: Any) -> StudentResult:
+    """`dpdistill transcribe`: the privacy arguments as the command's (None: the preset's or the default), and
+    `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...)."""
+    from dpdistill.methods.config import build_config
+
+    out = Path(out)
+    privacy_options = {"mode": privacy, "epsilon": epsilon, "delta": delta, "accounting": accounting,
+                       "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
+    config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None})
+    report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, progress)
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
+def pate(teacher: str | Path, out: str | Path, *, resume: bool = False, progress: Progress | None = None,
+         **options: Any) -> StudentResult:
+    """`dpdistill pate`: `options` are PateConfig's fields (epsilon, queries, public_size, student_arch, ...);
+    with `resume`, the run's saved settings instead."""
+    from dpdistill.methods.pate import PateConfig
+
+    out = Path(out)
+    report = pipeline.pate(Path(teacher), None if resume else PateConfig(**options), out, resume, progress)
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
+def train_private(dataset: str, out: str | Path, *, resume: bool = False, progress: Progress | None = None,
+                  **options: Any) -> StudentResult:
+    """`dpdistill train-private`: `options` are PrivateTrainingConfig's fields (method, epsilon, student_arch,
+    epochs, ...); with `resume`, the run's saved settings instead."""
+    from dpdistill.training.private import PrivateTrainingConfig
+
+    out = Path(out)
+    config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
+    report = pipeline.train_private(config, out, resume, progress)
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
+def evaluate(model: str | Path, dataset: str, *, name: str | None = None) -> Result:
+    """`dpdistill evaluate`: the accuracy of the model in `model` (a directory) on `dataset`'s test split, which
+    images it was measured on (`measured_on`) and `warnings`; `out` is the directory evaluated."""
+    return Result(Path(model), pipeline.evaluate(Path(model), dataset, name))
