@@ -56,6 +56,12 @@ def test_train_teacher_then_transcribe_and_evaluate(tmp_path: Path):
     assert evaluated.report == evaluate(run.out, "digits")
     x = torch.zeros(3, 1, 8, 8)
     assert torch.equal(run.student(x), dpdistill.load_model(run.out)(x))
+    with pytest.raises(ConfigError, match="overwrite"):  # a finished run is never replaced silently
+        dpdistill.transcribe(teacher.out, run.out, preset="demo", iterations=2, batch_size=16, privacy="label",
+                             epsilon=10)
+    again = dpdistill.transcribe(teacher.out, run.out, preset="demo", iterations=3, batch_size=16, privacy="label",
+                                 epsilon=10, overwrite=True)
+    assert again.report["config"]["iterations"] == 3
 
 
 def test_ensemble_options_need_partitions(tmp_path: Path):

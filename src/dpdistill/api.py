@@ -58,8 +58,8 @@ def load_model(path: str | Path, name: str | None = None) -> nn.Module:
 
 
 def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichlet_alpha: float | None = None,
-                  resume: bool = False, budget: float | None = None, budget_delta: float = DEFAULT_DELTA,
-                  progress: Progress | None = None, **options: Any) -> ModelResult:
+                  resume: bool = False, overwrite: bool = False, budget: float | None = None,
+                  budget_delta: float = DEFAULT_DELTA, progress: Progress | None = None, **options: Any) -> ModelResult:
     """`dpdistill train-teacher`: one teacher, or with `partitions` > 1 an ensemble; `options` are TeacherConfig's
     fields (arch, epochs, batch_size, lr, min_steps, init, heads_only, ...)."""
     from dpdistill.training.teacher import TeacherConfig
@@ -70,9 +70,10 @@ def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichl
     if partitions == 1 and (dirichlet_alpha is not None or config.heads_only):
         raise ConfigError("dirichlet_alpha and heads_only shape an ensemble: use them with partitions > 1")
     if partitions > 1 or resume:
-        report = pipeline.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume)
+        report = pipeline.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume,
+                                                  overwrite)
     else:
-        report = pipeline.train_teacher(dataset, out, config, progress)
+        report = pipeline.train_teacher(dataset, out, config, progress, overwrite)
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
     return ModelResult(out, report, load_model(out))
@@ -91,21 +92,22 @@ def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | P
 
 
 def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public_size: int = PUBLIC_POOL_SIZE,
-             progress: Progress | None = None, **options: Any) -> ModelResult:
+             overwrite: bool = False, progress: Progress | None = None, **options: Any) -> ModelResult:
     """`dpdistill pretrain`: a contrastive encoder on the public pool; `options` are ContrastiveConfig's fields
     (arch, steps, batch_size, temperature, lr, seed, device)."""
     from dpdistill.training.self_supervised import ContrastiveConfig
 
     out = Path(out)
-    report = pipeline.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress)
+    report = pipeline.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress,
+                                overwrite)
     return ModelResult(out, report, load_classifier(out, ENCODER, kind="encoder")[0])
 
 
 def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = None, dataset: str | None = None,
                privacy: str | None = None, epsilon: float | None = None, delta: float | None = None,
                accounting: str | None = None, sigma: float | None = None, beta: float | None = None,
-               epsilon0: float | None = None, resume: bool = False, progress: Progress | None = None,
-               **options: Any) -> StudentResult:
+               epsilon0: float | None = None, resume: bool = False, overwrite: bool = False,
+               progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill transcribe`: the privacy arguments as the command's (None: the preset's or the default), and
     `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...)."""
     from dpdistill.methods.config import build_config
@@ -114,30 +116,31 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
     privacy_options = {"mode": privacy, "epsilon": epsilon, "delta": delta, "accounting": accounting,
                        "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
     config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None})
-    report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, progress)
+    report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
-def pate(teacher: str | Path, out: str | Path, *, resume: bool = False, progress: Progress | None = None,
-         **options: Any) -> StudentResult:
+def pate(teacher: str | Path, out: str | Path, *, resume: bool = False, overwrite: bool = False,
+         progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill pate`: `options` are PateConfig's fields (epsilon, queries, public_size, student_arch, ...);
     with `resume`, the run's saved settings instead."""
     from dpdistill.methods.pate import PateConfig
 
     out = Path(out)
-    report = pipeline.pate(Path(teacher), None if resume else PateConfig(**options), out, resume, progress)
+    report = pipeline.pate(Path(teacher), None if resume else PateConfig(**options), out, resume, progress,
+                          overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
-def train_private(dataset: str, out: str | Path, *, resume: bool = False, progress: Progress | None = None,
-                  **options: Any) -> StudentResult:
+def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwrite: bool = False,
+                  progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill train-private`: `options` are PrivateTrainingConfig's fields (method, epsilon, student_arch,
     epochs, ...); with `resume`, the run's saved settings instead."""
     from dpdistill.training.private import PrivateTrainingConfig
 
     out = Path(out)
     config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
-    report = pipeline.train_private(config, out, resume, progress)
+    report = pipeline.train_private(config, out, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
