@@ -157,12 +157,13 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         config = job.config
         ledger = None if job.ledger_dir is None else ReleaseLedger(job.ledger_dir)
         if ledger is not None:
-            ledger.reserve(out_dir, method.name, job.planned, resume)
+            ledger.reserve(out_dir, method.name, job.planned.with_reads(job.uncovered), resume)
         write_config(out_dir, method.config_record(source, config))
         outcome = job.run(resume)
         privacy = {**outcome.privacy, **coverage(outcome.covers, outcome.uncovered)}
         if ledger is not None:
-            privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name, outcome.release))
+            privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name,
+                                                              outcome.release.with_reads(outcome.uncovered)))
         for name, (model, meta) in outcome.models.items():
             save_model(out_dir, model, meta, name=name)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),

@@ -1,6 +1,8 @@
 """DPSD end to end on the embedded digits data: learning happens, the budget holds, runs resume exactly."""
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from dpdistill.training.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
+from dpdistill.privacy.ledger import ReleaseLedger
 
 CHANCE = 0.1
 
@@ -178,3 +181,24 @@ def test_a_checkpoint_without_an_answer_journal_is_refused(digits_teacher: Path,
                                   work_dir=tmp_path)
     with pytest.raises(CheckpointError, match="older dpdistill"):
         transcriber.run(resume=True)
+
+
+def test_a_read_no_mechanism_protects_makes_the_teachers_ledger_unbounded(digits_teacher: Path, tmp_path: Path):
+    """DPSD-T's generator reads the teacher without noise: whatever its answers cost, the teacher's releases have
+    no bound left, so a total budget refuses the run before it asks anything, and without one the ledger says so."""
+    capped, uncapped = tmp_path / "capped", tmp_path / "uncapped"
+    for teacher in (capped, uncapped):
+        teacher.mkdir()
+        for name in ("model.safetensors", "meta.json"):
+            shutil.copy(digits_teacher / name, teacher / name)
+    dpsd_t = _config("data", iterations=2, discriminator="teacher")
+    ReleaseLedger(capped).set_total(1000.0)
+    with pytest.raises(BudgetExceededError):
+        transcribe(capped, dpsd_t, tmp_path / "refused", "digits")
+    assert not (tmp_path / "refused").exists()
+    covered = transcribe(uncapped, _config("data", iterations=2), tmp_path / "covered", "digits")
+    assert covered["privacy"]["ledger"]["spent_epsilon"] <= 10.0
+    report = transcribe(uncapped, dpsd_t, tmp_path / "uncovered", "digits")
+    assert report["privacy"]["epsilon"] <= 10.0  # the answers alone are still calibrated
+    assert report["privacy"]["ledger"]["spent_epsilon"] == math.inf
+    assert report["privacy"]["uncovered_reads"][0]["event"] == {"type": "NonPrivateDpEvent"}

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 from torch import nn
 
@@ -61,6 +61,7 @@ class Job(ABC):
     config: Any  # the settings it runs with (as saved and reported)
     ledger_dir: Path | None = None  # the teacher whose ledger records the release (None: no teacher is asked)
     planned: Release | None = None
+    uncovered: Sequence[UncoveredRead] = ()  # the reads no mechanism protects, known when planned; the most sweeping first
 
     @abstractmethod
     def run(self, resume: bool) -> Outcome:

@@ -377,6 +377,9 @@ class PateJob(Job):
         self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes)
         self.ledger_dir = teacher_dir
         self.planned = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
+        self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
+        self.uncovered = (partition_reads(self.partition, self.meta["ensemble"])
+                          + reproducible_noise_read(config.reproducible_noise))
 
     def run(self, resume: bool) -> Outcome:
         """Release (or reload) the answers, train the student."""
@@ -406,7 +409,6 @@ class PateJob(Job):
                    "answer_targets": config.answer_targets,
                    "kept_answers": int(answers.confident.sum()),
                    "noise": noise_source(config.reproducible_noise).description}
-        reads = partition_reads(privacy, self.meta["ensemble"]) + reproducible_noise_read(config.reproducible_noise)
         report = {"dataset": self.dataset_name, "teacher": str(self.teacher_dir), "public": split.description,
                   "accuracy": {"student": history[-1]["test_accuracy"],
                                "answers": answer_accuracy(answers, split.pool_labels)},
@@ -418,7 +420,7 @@ class PateJob(Job):
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
 
         return Outcome(
-            report=report, privacy=privacy, covers=COVERS, uncovered=reads,
+            report=report, privacy={**privacy, **self.partition}, covers=COVERS, uncovered=self.uncovered,
             models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                             self.dataset_name, config.student_init),
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them

@@ -92,11 +92,12 @@ class TranscriptionJob(Job):
                                           out_dir / PRIVATE_DIR, progress)
         self.ledger_dir = teacher_dir
         self.planned = Release.of_plan(self.engine.plan, self.engine.plan.planned_queries)
+        self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
+        self.uncovered = partition_reads(self.partition, self.meta.get("ensemble")) + uncovered_reads(config)
 
     def run(self, resume: bool) -> Outcome:
         config, result = self.config, self.engine.run(resume=resume)
-        privacy = result.privacy_summary()
-        reads = partition_reads(privacy, self.meta.get("ensemble")) + uncovered_reads(config)
+        privacy = {**result.privacy_summary(), **self.partition}
         num_classes = int(self.meta["num_classes"])
         generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(self.in_shape),
                           "width": list(config.generator_width), "dataset": self.dataset_name,
@@ -119,7 +120,7 @@ class TranscriptionJob(Job):
             save_training_curve(result.history, out_dir / "training.png")
 
         return Outcome(
-            report=report, privacy=privacy, covers=COVERS, uncovered=reads,
+            report=report, privacy=privacy, covers=COVERS, uncovered=self.uncovered,
             models={"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                                  self.dataset_name)),
                     "generator": (result.generator, generator_meta)},

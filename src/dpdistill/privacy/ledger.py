@@ -100,6 +100,14 @@ class Release:
         return cls(plan.release_event(count), plan.request.delta, plan.epsilon(count),
                    getattr(plan.query, "discrete", False))
 
+    def with_reads(self, reads: Sequence["UncoveredRead"]) -> "Release":
+        """The release as the teacher's ledger must count it: a read no mechanism protects (its NonPrivateDpEvent)
+        makes what was released from the teacher unbounded, whatever the noisy answers cost."""
+        if not reads or isinstance(self.event, dp_accounting.NonPrivateDpEvent):  # nothing to add to an unbounded one
+            return self
+        return replace(self, event=dp_accounting.ComposedDpEvent([self.event, *(read.event for read in reads)]),
+                       epsilon=math.inf)
+
 
 @dataclass(frozen=True)
 class UncoveredRead:
