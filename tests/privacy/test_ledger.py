@@ -14,16 +14,18 @@ from dpdistill import pipeline
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
 from dpdistill.methods.config import build_config
 from dpdistill.methods.pate import PateConfig
-from dpdistill.privacy.accounting import RandomizedResponseQuery, calibrate_gaussian
+from dpdistill.privacy.accounting import RandomizedResponseQuery
 from dpdistill.privacy.ledger import (LEDGER_FILE, LOCK_FILE, RESERVED, SPENT, Release, ReleaseLedger,
                                       composed_epsilon, event_from_json, event_to_json)
+
+from helpers import exact_gaussian
 
 DELTA = 1e-5
 
 
 def _gaussian(epsilon: float, count: int = 320, discrete: bool = False) -> Release:
     """A release of `count` Gaussian answers calibrated to `epsilon`, as a run reports it."""
-    query = calibrate_gaussian(count, epsilon, DELTA)
+    query = exact_gaussian(count, epsilon, DELTA)
     event = dp_accounting.SelfComposedDpEvent(query.dp_event(), count)
     return Release(event, DELTA, query.epsilon(count, DELTA), discrete)
 
@@ -37,7 +39,7 @@ def test_two_releases_calibrated_to_0_6_compose_exactly_to_0_876():
 
 
 def test_a_single_release_stated_at_a_larger_delta_is_recomposed_at_the_ledgers():
-    query = calibrate_gaussian(100, 1.0, 1e-3)
+    query = exact_gaussian(100, 1.0, 1e-3)
     release = Release(dp_accounting.SelfComposedDpEvent(query.dp_event(), 100), 1e-3, 1.0)
     assert composed_epsilon([release], 1e-3) == 1.0
     assert composed_epsilon([release], DELTA) == pytest.approx(query.epsilon(100, DELTA))
@@ -174,7 +176,8 @@ def test_transcriptions_at_0_6_fit_a_total_of_1_twice_and_the_third_is_refused_u
                                           "spent_epsilon": first["privacy"]["epsilon"],
                                           "remaining": 1.0 - first["privacy"]["epsilon"]}
     second = pipeline.transcribe(teacher, _transcription(0.6), tmp_path / "second", "digits")
-    assert second["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(0.87649, abs=1e-5)
+    # two releases of exactly 0.6 compose to 0.87649; calibration stops within 0.01% below each run's budget
+    assert 0.87649 * (1 - 1e-4) <= second["privacy"]["ledger"]["spent_epsilon"] <= 0.87649
     assert teacher_calls  # the counter sees the teacher's answers
     teacher_calls.clear()
     with pytest.raises(BudgetExceededError, match=r"spent epsilon=0\.8765 of 1 .* 0\.1235 remain"):
@@ -239,8 +242,9 @@ def test_pate_runs_at_0_6_fit_a_total_of_1_twice_by_rdp_and_the_third_is_refused
     config = PateConfig(epsilon=0.6, queries=20, public_size=200, epochs=1, min_steps=5, self_training_rounds=0)
     pipeline.pate(ensemble, config, tmp_path / "first")
     second = pipeline.pate(ensemble, config, tmp_path / "second")
-    # vote counts get discrete Gaussian noise (sigma 0.01% above the continuous one): composed by RDP, 0.9585
-    assert second["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(0.95846, abs=2e-5)
+    # vote counts get discrete Gaussian noise (sigma 0.01% above the continuous one): composed by RDP, 0.9585;
+    # each run's sigma is calibrated to a relative 1e-4, which moves the composition by about as much
+    assert second["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(0.95846, rel=2e-4)
     assert [entry.release.discrete for entry in ReleaseLedger(ensemble).read().entries] == [True, True]
     teacher_calls.clear()
     with pytest.raises(BudgetExceededError, match="would bring the total to 1.19"):

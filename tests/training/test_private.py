@@ -18,8 +18,7 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.methods.annotation import DistillationGradient
 from dpdistill.pipeline import _exclusive, evaluate, train_private
-from dpdistill.privacy.accounting import (GaussianQuery, SampledReleaseQuery, calibrate_dpsgd,
-                                          calibrate_sampled_release, composed_epsilon, dpsgd_epsilon)
+from dpdistill.privacy.accounting import GaussianQuery, SampledReleaseQuery, composed_epsilon, dpsgd_epsilon
 from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training
 
 DELTA = 1e-5
@@ -59,7 +58,8 @@ def test_private_dpsgd_accounting_under_replace_one_costs_more():
 
 
 def test_private_dpsgd_calibration_spends_the_budget_and_no_more():
-    query = calibrate_dpsgd(1 / 23, 230, 10.0, DELTA)
+    query = plan_private_training(PrivateTrainingConfig(**TINY, epsilon=10.0, epochs=10), DIGITS_TRAIN).query
+    assert query.discretization == 1e-4  # searched on a coarse PLD, stated on the fine one
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
     assert dpsgd_epsilon(query.noise_multiplier / 1.003, 1 / 23, 230, DELTA) > 10.0  # within 0.3% of the optimum
 
@@ -85,7 +85,8 @@ def test_private_release_epsilon_agrees_with_a_monte_carlo_privacy_loss():
 
 
 def test_private_release_calibration_fits_the_budget():
-    query = calibrate_sampled_release(1 / 23, 230, 10.0, DELTA)
+    config = PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=10.0, epochs=10)
+    query = plan_private_training(config, DIGITS_TRAIN).query
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
     assert composed_epsilon(SampledReleaseQuery(query.noise_multiplier / 1.003, 1 / 23), 230, DELTA) > 10.0
 

@@ -1,0 +1,69 @@
+"""Test doubles shared across test modules: an exactly calibrated Gaussian, and a teacher that counts its reads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dp_accounting import gaussian_mechanism
+from torch import Tensor, nn
+
+from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.privacy.accounting import GaussianQuery
+from dpdistill.privacy.ledger import ReleaseLedger
+
+
+def exact_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
+    """The Gaussian whose `count` answers spend exactly epsilon: the analytic calibration of their composition (one
+    Gaussian of multiplier z / sqrt(count)), independent of dpdistill's search."""
+    return GaussianQuery(gaussian_mechanism.get_sigma_gaussian(epsilon, delta) * math.sqrt(count) * (1 + 1e-9))
+
+
+@dataclass
+class TeacherReads:
+    """Every read of a teacher: the examples of each call, and how many had been read when the run settled its
+    release in the teacher's ledger (reads after that, such as the private record's test accuracy, release
+    nothing)."""
+
+    calls: list[int] = field(default_factory=list)
+    at_settle: int | None = None
+
+    @property
+    def examples(self) -> int:
+        return sum(self.calls)
+
+
+def count_reads(teacher: nn.Module, reads: TeacherReads) -> nn.Module:
+    """Make `teacher` record every read in `reads`: `features` for one network (its forward and every discriminator
+    pass go through it), `member_logits` for an ensemble (every member's answer on a batch)."""
+    name = "member_logits" if isinstance(teacher, TeacherEnsemble) else "features"
+    read = getattr(teacher, name)
+
+    def counted(images: Tensor) -> Any:
+        reads.calls.append(len(images))
+        return read(images)
+
+    object.__setattr__(teacher, name, counted)
+    return teacher
+
+
+def counting_teacher_reads(monkeypatch: pytest.MonkeyPatch) -> TeacherReads:
+    """Count every read of the teacher a pipeline run loads, and note the count when the run settles its release."""
+    from dpdistill import pipeline
+
+    reads, load, settle = TeacherReads(), pipeline.load_teacher, ReleaseLedger.settle
+
+    def settled(ledger: ReleaseLedger, *args: Any, **kwargs: Any) -> Any:
+        reads.at_settle = reads.examples
+        return settle(ledger, *args, **kwargs)
+
+    def loaded(directory: Path) -> tuple[nn.Module, dict]:
+        teacher, meta = load(directory)
+        return count_reads(teacher, reads), meta
+
+    monkeypatch.setattr(pipeline, "load_teacher", loaded)
+    monkeypatch.setattr(ReleaseLedger, "settle", settled)
+    return reads
