@@ -7,6 +7,7 @@ import torch
 
 from dpdistill.pipeline import train_teacher
 from dpdistill.training.teacher import TeacherConfig
+from helpers import TeacherReads, counting_teacher_reads
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,3 +42,9 @@ def digits_encoder(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("encoder")
     pretrain("digits", None, 200, ContrastiveConfig(steps=5, batch_size=32), directory)
     return directory
+
+
+@pytest.fixture
+def teacher_reads(monkeypatch) -> TeacherReads:
+    """Every read of the teacher (or ensemble) the next pipeline run loads, and the count when it settled."""
+    return counting_teacher_reads(monkeypatch)

@@ -1,19 +1,23 @@
-"""Test doubles shared across test modules: an exactly calibrated Gaussian, and a teacher that counts its reads."""
+"""Test doubles shared across test modules: an exactly calibrated Gaussian, a teacher that counts its reads, the
+release a run recorded in its teacher's ledger, and a folder of IDX files."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
+from dpdistill.data.idx import write_idx
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.accounting import GaussianQuery
-from dpdistill.privacy.ledger import ReleaseLedger
+from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
 
 
 def exact_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
@@ -67,3 +71,20 @@ def counting_teacher_reads(monkeypatch: pytest.MonkeyPatch) -> TeacherReads:
     monkeypatch.setattr(pipeline, "load_teacher", loaded)
     monkeypatch.setattr(ReleaseLedger, "settle", settled)
     return reads
+
+
+def charged_queries(teacher_dir: Path, out_dir: Path) -> int:
+    """How many answers the teacher's ledger.json charged the finished run writing `out_dir` for."""
+    entries = json.loads((teacher_dir / LEDGER_FILE).read_text())["entries"]
+    (entry,) = [entry for entry in entries if entry["out_dir"] == str(out_dir.resolve())]
+    assert entry["status"] == "spent"
+    return entry["event"].get("count", 0)  # a run that charged nothing records a NoOpDpEvent
+
+
+def write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz", side: int = 6) -> None:
+    """Thirty training and ten test images of side x side pixels in three classes, as IDX files."""
+    rng = np.random.default_rng(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", 30), (test_prefix, 10)):
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, side, side), dtype=np.uint8))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from dpdistill import pipeline
 from dpdistill.cli.main import app
 
+from helpers import write_idx_folder
+
 runner = CliRunner()
 
 
@@ -78,9 +80,9 @@ def _transcribe(teacher: Path, out: Path, *extra: str):
     (("--epsilon", "1", "--gradient-op", "round"), "unknown gradient operation"),
     ((), "epsilon"),
 ])
-def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, extra, message):
-    if "fmnist" in extra and not Path("/usr/share/datasets/fashion-mnist").exists():
-        pytest.skip("fmnist not installed")
+def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, monkeypatch, extra, message):
+    write_idx_folder(tmp_path / "fmnist")  # a Fashion-MNIST of 6 x 6 images: no installed data set needed
+    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path / "fmnist"))
     result = _transcribe(digits_teacher, tmp_path / "out", *extra)
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and message in result.output

@@ -18,7 +18,7 @@ from dpdistill.privacy.accounting import RandomizedResponseQuery
 from dpdistill.privacy.ledger import (LEDGER_FILE, LOCK_FILE, RESERVED, SPENT, Release, ReleaseLedger,
                                       composed_epsilon, event_from_json, event_to_json)
 
-from helpers import exact_gaussian
+from helpers import TeacherReads, exact_gaussian
 
 DELTA = 1e-5
 
@@ -146,29 +146,13 @@ def _copy(teacher: Path, tmp_path: Path) -> Path:
                                 ignore=shutil.ignore_patterns(LEDGER_FILE, LOCK_FILE, ".lock")))
 
 
-@pytest.fixture
-def teacher_calls(monkeypatch) -> list[str]:
-    """Every forward pass of any module of a teacher the pipeline loads."""
-    calls: list[str] = []
-    load = pipeline.load_teacher
-
-    def counting(directory: Path):
-        teacher, meta = load(directory)
-        for module in teacher.modules():
-            module.register_forward_pre_hook(lambda module, inputs: calls.append(type(module).__name__))
-        return teacher, meta
-
-    monkeypatch.setattr(pipeline, "load_teacher", counting)
-    return calls
-
-
 def _transcription(epsilon: float, **overrides):
     values = {"iterations": 2, "batch_size": 16, "eval_every": 2, "checkpoint_every": 100} | overrides
     return build_config("demo", values, {"mode": "data", "epsilon": epsilon})
 
 
 def test_transcriptions_at_0_6_fit_a_total_of_1_twice_and_the_third_is_refused_unasked(
-        digits_teacher: Path, tmp_path: Path, teacher_calls: list[str]):
+        digits_teacher: Path, tmp_path: Path, teacher_reads: TeacherReads):
     teacher = _copy(digits_teacher, tmp_path)
     ReleaseLedger(teacher).set_total(1.0)
     first = pipeline.transcribe(teacher, _transcription(0.6), tmp_path / "first", "digits")
@@ -178,11 +162,11 @@ def test_transcriptions_at_0_6_fit_a_total_of_1_twice_and_the_third_is_refused_u
     second = pipeline.transcribe(teacher, _transcription(0.6), tmp_path / "second", "digits")
     # two releases of exactly 0.6 compose to 0.87649; calibration stops within 0.01% below each run's budget
     assert 0.87649 * (1 - 1e-4) <= second["privacy"]["ledger"]["spent_epsilon"] <= 0.87649
-    assert teacher_calls  # the counter sees the teacher's answers
-    teacher_calls.clear()
+    assert teacher_reads.calls  # the counter sees the teacher's answers
+    teacher_reads.calls.clear()
     with pytest.raises(BudgetExceededError, match=r"spent epsilon=0\.8765 of 1 .* 0\.1235 remain"):
         pipeline.transcribe(teacher, _transcription(0.6), tmp_path / "nested" / "third", "digits")
-    assert teacher_calls == []
+    assert teacher_reads.calls == []
     assert not (tmp_path / "nested").exists()
     entries = ReleaseLedger(teacher).read().entries
     assert [(entry.method, entry.status) for entry in entries] == [("dpsd", SPENT)] * 2
@@ -236,7 +220,7 @@ def test_a_run_without_privacy_spends_everything_and_is_refused_under_a_total(di
 
 
 def test_pate_runs_at_0_6_fit_a_total_of_1_twice_by_rdp_and_the_third_is_refused_unasked(
-        digits_ensemble: Path, tmp_path: Path, teacher_calls: list[str]):
+        digits_ensemble: Path, tmp_path: Path, teacher_reads: TeacherReads):
     ensemble = _copy(digits_ensemble, tmp_path)
     ReleaseLedger(ensemble).set_total(1.0)
     config = PateConfig(epsilon=0.6, queries=20, public_size=200, epochs=1, min_steps=5, self_training_rounds=0)
@@ -246,7 +230,7 @@ def test_pate_runs_at_0_6_fit_a_total_of_1_twice_by_rdp_and_the_third_is_refused
     # each run's sigma is calibrated to a relative 1e-4, which moves the composition by about as much
     assert second["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(0.95846, rel=2e-4)
     assert [entry.release.discrete for entry in ReleaseLedger(ensemble).read().entries] == [True, True]
-    teacher_calls.clear()
+    teacher_reads.calls.clear()
     with pytest.raises(BudgetExceededError, match="would bring the total to 1.19"):
         pipeline.pate(ensemble, config, tmp_path / "third")
-    assert teacher_calls == [] and not (tmp_path / "third").exists()
+    assert teacher_reads.calls == [] and not (tmp_path / "third").exists()
