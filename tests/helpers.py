@@ -1,5 +1,6 @@
-"""Test doubles shared across test modules: an exactly calibrated Gaussian, a teacher that counts its reads, the
-release a run recorded in its teacher's ledger, and a folder of IDX files."""
+"""Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
+convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, and a
+folder of IDX files."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.optimize
+import scipy.signal
+import scipy.stats
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
@@ -24,6 +28,41 @@ def exact_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
     """The Gaussian whose `count` answers spend exactly epsilon: the analytic calibration of their composition (one
     Gaussian of multiplier z / sqrt(count)), independent of dpdistill's search."""
     return GaussianQuery(gaussian_mechanism.get_sigma_gaussian(epsilon, delta) * math.sqrt(count) * (1 + 1e-9))
+
+
+def gdp_delta(epsilon: float, mu: float) -> float:
+    """delta(eps) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth and Su 2019)."""
+    head = scipy.stats.norm.cdf(-epsilon / mu + mu / 2)
+    return head - math.exp(epsilon + scipy.stats.norm.logcdf(-epsilon / mu - mu / 2))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The epsilon at which mu-GDP reaches `delta`, by root finding on the closed form."""
+    return scipy.optimize.brentq(lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, 100 * mu + 100, xtol=1e-12)
+
+
+def exact_randomized_response_epsilon(epsilon0: float, candidates: int, count: int, delta: float) -> float:
+    """Exact epsilon of `count` k-ary randomized-response answers, by convolving the privacy-loss distribution.
+
+    Neighbours differ in the true label (a under D, b under D'); under D the answer is a with probability
+    p = e^eps0 / (e^eps0 + k - 1) (loss +eps0), b with q = 1 / (e^eps0 + k - 1) (loss -eps0), any other class
+    with q (loss 0). The composed loss is eps0 times an integer, so delta(eps) = E[(1 - e^(eps - L))+] is exact
+    on that lattice."""
+    scale = math.exp(epsilon0) + candidates - 1
+    single = np.array([1 / scale, (candidates - 2) / scale, math.exp(epsilon0) / scale])  # loss -1, 0, +1 (x eps0)
+    total, power, remaining = np.array([1.0]), single, count
+    while remaining:  # the count-fold convolution by repeated squaring
+        if remaining & 1:
+            total = np.clip(scipy.signal.fftconvolve(total, power), 0, None)
+        remaining >>= 1
+        if remaining:
+            power = np.clip(scipy.signal.fftconvolve(power, power), 0, None)
+    loss = epsilon0 * (np.arange(len(total)) - count)
+
+    def excess(epsilon: float) -> float:
+        return float(np.sum(total * -np.expm1(np.minimum(epsilon - loss, 0)))) - delta
+
+    return scipy.optimize.brentq(excess, 0.0, epsilon0 * count, xtol=1e-12)
 
 
 @dataclass

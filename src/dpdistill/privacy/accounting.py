@@ -97,8 +97,7 @@ class RandomizedResponseQuery:
         if self.num_candidates > 2:
             pmf[0] = (self.num_candidates - 2) * p_other
         single = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, 0.0, self.epsilon0)
-        composed = single.self_compose(count) if count > 1 else single
-        return composed.get_epsilon_for_delta(delta)
+        return _pld_epsilon(single.self_compose(count) if count > 1 else single, delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         # dp-accounting supports randomized response only under replace-one neighbours, which is ours.
@@ -152,7 +151,7 @@ class DiscreteGaussianQuery:
         single = pld_lib.from_discrete_gaussian_mechanism(self.sigma, sensitivity=1, use_connect_dots=True,
                                                           value_discretization_interval=interval)
         query = single.compose(single)  # the two counts that move
-        return query.self_compose(count).get_epsilon_for_delta(delta)
+        return _pld_epsilon(query.self_compose(count), delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         return dp_accounting.rdp.RdpAccountant()
@@ -226,6 +225,18 @@ class SampledReleaseQuery:
         every_step = GaussianQuery(self.noise_multiplier).epsilon(count, delta) * (1 + 1e-6) + 1e-9
         root = scipy.optimize.brentq(excess, 0.0, every_step, xtol=1e-12)
         return root + 1e-9 * (1 + root)  # beyond brentq's tolerance: never below the exact epsilon
+
+
+def _pld_epsilon(pld: pld_lib.PrivacyLossDistribution, delta: float) -> float:
+    """dp-accounting's epsilon of a privacy-loss distribution, without its harmless overflow warning.
+
+    Where the losses exceed about 709, dp-accounting's search divides by a probability mass that has underflowed
+    to a subnormal and numpy warns of the overflow; the quotient becomes inf, so the search stops there and returns
+    inf, an upper bound of an epsilon that is above 709 anyway (calibration probes such runs first: eps0 = epsilon
+    on every answer). No figure within any budget changes.
+    """
+    with np.errstate(over="ignore"):
+        return pld.get_epsilon_for_delta(delta)
 
 
 def _validate_sampled(noise_multiplier: float, sample_rate: float) -> None:
