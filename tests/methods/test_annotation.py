@@ -64,9 +64,14 @@ def test_uncertain_noisy_votes_are_declined_but_still_charged():
 
 
 def test_without_privacy_an_ensemble_teaches_its_mean_probability():
-    members = torch.randn(3, 6, 5)
-    targets = TeacherAnnotator(temperature=2.0).annotate(members, torch.zeros(6, 5))
-    assert torch.allclose(targets, torch.softmax(members / 2, -1).mean(0))
+    """Members sure of class 0 (0.98) and undecided (0.5): the mean of their probabilities is 0.74, where a mean of
+    their logits would say 0.875. The temperature divides the logits before the softmax."""
+    temperature = 2.0
+    members = temperature * torch.log(torch.tensor([[[0.98, 0.02]], [[0.5, 0.5]]]))
+    targets = TeacherAnnotator(temperature).annotate(members, torch.zeros(1, 2))
+    assert torch.allclose(targets, torch.tensor([[0.74, 0.26]]), atol=1e-6)
+    single = TeacherAnnotator(temperature).annotate(members[0], torch.zeros(1, 2))
+    assert torch.allclose(single, torch.tensor([[0.98, 0.02]]), atol=1e-6)
 
 
 def test_candidates_are_the_top_k_or_every_class_above_the_threshold_and_at_least_two():

@@ -111,6 +111,18 @@ def test_resume_is_exact_with_replay_augmentation_and_a_schedule(digits_teacher:
 
 
 def test_threshold_candidates_are_accounted_as_binary_randomized_response():
-    config = build_config("paper", {"candidates": "threshold"}, {"mode": "label", "epsilon": 1.0})
-    assert config.privacy.num_candidates == 2
-    assert build_config("paper", {}, {"mode": "label", "epsilon": 1.0}).privacy.num_candidates == 3
+    """A threshold offers any number of candidates (at least two), so a label answer is bounded by binary
+    randomized response, the worst case: the plan's epsilon is the exact binary composition of its eps0, above the
+    figure the same eps0 would have over three candidates."""
+    from dpdistill.privacy.budget import plan_privacy
+
+    from helpers import exact_randomized_response_epsilon
+
+    for candidates, expected_k in (("threshold", 2), ("top-k", 3)):
+        config = build_config("demo", {"candidates": candidates, "iterations": 20, "batch_size": 64},
+                              {"mode": "label", "epsilon": 1.0})
+        plan = plan_privacy(config.privacy, 10, 64, 20)
+        exact = exact_randomized_response_epsilon(plan.epsilon0, expected_k, 1280, 1e-5)
+        assert plan.epsilon(1280) == pytest.approx(exact, rel=1e-4) and 0.999 < exact <= 1.0
+        if expected_k == 2:
+            assert exact_randomized_response_epsilon(plan.epsilon0, 3, 1280, 1e-5) < 0.999
