@@ -50,19 +50,26 @@ def exact_randomized_response_epsilon(epsilon0: float, candidates: int, count: i
     on that lattice."""
     scale = math.exp(epsilon0) + candidates - 1
     single = np.array([1 / scale, (candidates - 2) / scale, math.exp(epsilon0) / scale])  # loss -1, 0, +1 (x eps0)
-    total, power, remaining = np.array([1.0]), single, count
-    while remaining:  # the count-fold convolution by repeated squaring
+    total = self_convolved(single, count)
+    return lattice_epsilon(total, epsilon0 * (np.arange(len(total)) - count), delta)
+
+
+def self_convolved(pmf: np.ndarray, count: int) -> np.ndarray:
+    """The `count`-fold convolution of a probability mass function on an integer lattice (repeated squaring)."""
+    total, power, remaining = np.array([1.0]), pmf, count
+    while remaining:
         if remaining & 1:
             total = np.clip(scipy.signal.fftconvolve(total, power), 0, None)
         remaining >>= 1
         if remaining:
             power = np.clip(scipy.signal.fftconvolve(power, power), 0, None)
-    loss = epsilon0 * (np.arange(len(total)) - count)
+    return total
 
-    def excess(epsilon: float) -> float:
-        return float(np.sum(total * -np.expm1(np.minimum(epsilon - loss, 0)))) - delta
 
-    return scipy.optimize.brentq(excess, 0.0, epsilon0 * count, xtol=1e-12)
+def lattice_epsilon(probabilities: np.ndarray, losses: np.ndarray, delta: float) -> float:
+    """The exact epsilon of a privacy-loss distribution: the root of E[(1 - e^(eps - loss))+] = delta."""
+    return scipy.optimize.brentq(lambda eps: np.sum(probabilities * -np.expm1(np.minimum(eps - losses, 0))) - delta,
+                                 0.0, losses.max(), xtol=1e-12)
 
 
 @dataclass

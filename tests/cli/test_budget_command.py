@@ -5,7 +5,6 @@ import shutil
 from pathlib import Path
 
 import dp_accounting
-import pytest
 from typer.testing import CliRunner
 
 from dpdistill.cli.main import app

@@ -5,12 +5,12 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-import scipy.optimize
-import scipy.signal
 from dp_accounting import gaussian_mechanism
 
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
 from dpdistill.privacy.budget import PrivacyRequest, plan_privacy
+
+from helpers import lattice_epsilon, self_convolved
 from dpdistill.privacy.accounting import (
     DiscreteGaussianQuery,
     GaussianQuery,
@@ -128,16 +128,8 @@ def _exact_vote_epsilon(sigma: float, count: int, delta: float) -> float:
     support = np.arange(-int(12 * sigma) - 2, int(12 * sigma) + 3).astype(float)  # mass beyond: below 1e-30
     pmf = np.exp(-support**2 / (2 * sigma**2))
     pmf /= pmf.sum()
-    total, power, remaining = np.array([1.0]), np.convolve(pmf, pmf[::-1]), count
-    while remaining:  # the count-fold convolution by repeated squaring
-        if remaining & 1:
-            total = np.clip(scipy.signal.fftconvolve(total, power), 0, None)
-        remaining >>= 1
-        if remaining:
-            power = np.clip(scipy.signal.fftconvolve(power, power), 0, None)
-    loss = (np.arange(len(total)) - (len(total) - 1) // 2 + count) / sigma**2
-    return scipy.optimize.brentq(lambda eps: np.sum(total * -np.expm1(np.minimum(eps - loss, 0))) - delta,
-                                 0, loss.max(), xtol=1e-12)
+    total = self_convolved(np.convolve(pmf, pmf[::-1]), count)
+    return lattice_epsilon(total, (np.arange(len(total)) - (len(total) - 1) // 2 + count) / sigma**2, delta)
 
 
 @pytest.mark.parametrize("sigma, count", [(0.5, 3), (2, 1), (2, 10), (5, 100), (12, 400)])
