@@ -82,3 +82,20 @@ def test_candidates_are_the_top_k_or_every_class_above_the_threshold_and_at_leas
     assert threshold[0].tolist() == [True, True, True, True, False]
     assert threshold[1].sum() == 2 and threshold[1, 0]  # fewer than two above: the top two
     assert threshold[2].all()  # an undecided student offers every class
+
+
+@pytest.mark.parametrize("sigma, beta", [(50.0, 1.0), (20.0, 0.25)])
+def test_the_output_gradient_answer_carries_noise_of_std_sigma_times_beta(sigma: float, beta: float):
+    """The absolute noise scale the accountant assumes (std sigma * beta per coordinate), read back from the released
+    targets: each row's step is known up to a constant, so its centred noise has variance (1 - 1/C) (sigma beta)^2;
+    the bounded answer (norm <= beta) is negligible beside it."""
+    torch.manual_seed(2)
+    n, classes, step = 4000, 10, 0.1 / sigma  # logits move by about 0.1 * noise / (sigma beta): no float saturation
+    student, teacher = torch.randn(n, classes), torch.randn(n, classes)
+    ledger = PrivacyLedger(GaussianQuery(sigma / 2), max_queries=n)
+    annotator = OutputGradientAnnotator(DistillationGradient("kd"), ledger, beta=beta, sigma=sigma, top_k=None,
+                                        step=step, noise=SecureNoise())
+    released = _released_step(annotator.annotate(teacher, student), student, step)
+    expected = sigma * beta * (1 - 1 / classes) ** 0.5
+    assert released.std().item() == pytest.approx(expected, rel=0.02)  # 40,000 draws: standard error 0.4%
+    assert ledger.answered == n

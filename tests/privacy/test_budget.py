@@ -116,3 +116,16 @@ def test_label_mode_accounting_emits_no_warning(request_):
         plan = plan_privacy(request_, 10, 64, 20)
         plan.summary(plan.planned_queries)
         composed_epsilon([Release.of_plan(plan, 1280), Release.of_plan(plan, 64)], DELTA)
+
+
+@pytest.mark.parametrize("request_, error, message", [
+    # the paper's Theorem 1 gives 0.261 for sigma 100, beta 5e-3, b 256, T 200: above a budget of 0.2
+    (PrivacyRequest("data", epsilon=0.2, accounting="paper", sigma=100.0, beta=5e-3), BudgetExceededError, "affords 0"),
+    (PrivacyRequest("label", epsilon=0.5, accounting="paper", epsilon0=0.6), BudgetExceededError, "affords 0"),
+    (PrivacyRequest("data", epsilon=1.0, accounting="paper"), PrivacyParameterError, "needs a fixed --sigma"),
+])
+def test_paper_accounting_refuses_what_the_papers_formula_does_not_afford(request_, error, message):
+    with pytest.raises(error, match=message):
+        plan_privacy(request_, 10, 256, 200)
+    assert plan_privacy(PrivacyRequest("data", epsilon=0.3, accounting="paper", sigma=100.0, beta=5e-3), 10, 256,
+                        200).max_queries == 256 * 200  # 0.261 fits 0.3
