@@ -60,7 +60,7 @@ def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
     config = build_config("demo", overrides, {"mode": "data", "epsilon": 1e5})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
     assert report["method"] == "dpdfd" and report["config"]["top_k"] is None
-    assert report["accuracy"]["student"] > CHANCE + 0.15
+    assert report["accuracy"]["student"] > 0.42  # measured 0.52 and 0.55 on 2 cores: a margin of 0.1 below the lowest
 
 
 def test_srr_learns_and_says_its_student_is_not_covered(digits_teacher: Path, tmp_path: Path):
