@@ -11,8 +11,6 @@ from dpdistill.methods.dpsd import ReplayBuffer
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import coverage, transcribe
 
-CHANCE = 0.1
-
 
 def test_replay_buffer_keeps_the_most_recent_samples():
     buffer = ReplayBuffer(capacity=5)
@@ -83,7 +81,7 @@ def test_upper_bound_engine_learns(digits_teacher: Path, tmp_path: Path):
     config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60,
                                  "student_steps": 8}, {"mode": "none"})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
-    assert report["accuracy"]["student"] > CHANCE + 0.4
+    assert report["accuracy"]["student"] > 0.75  # measured 0.85 twice (no noise) on 2 cores: a margin of 0.1
     assert set(report["history"][-1]) >= {"g_batchnorm", "g_adversarial"}
     assert report["config"]["augment_shift"] == 2 and report["config"]["augment_flip"]  # relabelled by the teacher
 
