@@ -7,6 +7,7 @@ import torch
 
 from dpdistill.pipeline import train_teacher
 from dpdistill.training.teacher import TeacherConfig
+from helpers import TeacherReads, counting_teacher_reads
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -108,3 +109,9 @@ def foreign_teacher(tmp_path_factory) -> tuple[Path, Path]:
     weights = folder / "weights.safetensors"
     save_file({key: value.contiguous() for key, value in model.state_dict().items()}, weights)
     return factory, weights
+
+
+@pytest.fixture
+def teacher_reads(monkeypatch) -> TeacherReads:
+    """Every read of the teacher (or ensemble) the next pipeline run loads, and the count when it settled."""
+    return counting_teacher_reads(monkeypatch)

@@ -28,7 +28,7 @@ from dpdistill.data.partition import new_partition_key, partition_indices
 from dpdistill.evaluation.metrics import features
 from dpdistill.methods.pate import PateConfig
 from dpdistill.models.ensemble import HeadEnsemble, plurality_counts
-from dpdistill.privacy.accounting import calibrate_gaussian
+from dpdistill.privacy.accounting import GaussianQuery, calibrate
 from dpdistill.privacy.budget import plan_privacy
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import ReproducibleNoise
@@ -71,7 +71,7 @@ def parameter_average(heads: HeadEnsemble, measured: Tensor, labels: Tensor, eps
     generator = torch.Generator().manual_seed(0)
     noisy = []
     for epsilon in epsilons:
-        noise_std = calibrate_gaussian(1, epsilon, DELTA).noise_multiplier * 2 * clip
+        noise_std = calibrate(GaussianQuery, 1, epsilon, DELTA).noise_multiplier * 2 * clip
         draws = [accuracy(total + noise_std * torch.randn(total.shape, generator=generator)) for _ in range(5)]
         noisy.append(f"{100 * sum(draws) / 5:.2f}% at epsilon {epsilon:g} (noise std {noise_std:.2f}; "
                      f"median clip: not a guarantee)")

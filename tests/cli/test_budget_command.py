@@ -5,12 +5,12 @@ import shutil
 from pathlib import Path
 
 import dp_accounting
-import pytest
 from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
-from dpdistill.privacy.accounting import calibrate_gaussian
 from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, Release, ReleaseLedger
+
+from helpers import exact_gaussian
 
 runner = CliRunner()
 
@@ -23,7 +23,7 @@ def invoke(*args: str):
 def _teacher_with_one_release(digits_teacher: Path, tmp_path: Path) -> Path:
     teacher = Path(shutil.copytree(digits_teacher, tmp_path / "teacher",
                                    ignore=shutil.ignore_patterns(LEDGER_FILE, LOCK_FILE, ".lock")))
-    query = calibrate_gaussian(320, 0.6, 1e-5)
+    query = exact_gaussian(320, 0.6, 1e-5)
     release = Release(dp_accounting.SelfComposedDpEvent(query.dp_event(), 320), 1e-5, query.epsilon(320, 1e-5))
     ReleaseLedger(teacher).reserve(tmp_path / "run", "dpsd", release)
     return teacher
@@ -79,4 +79,5 @@ def test_train_teacher_sets_the_budget_and_refuses_a_bad_one_before_training(tmp
     assert "2 (of 3)" in output  # the summary's row for all the teacher's releases
     ledger = json.loads((tmp_path / "run" / "report.json").read_text())["privacy"]["ledger"]
     assert ledger["total_epsilon"] == 3 and ledger["delta"] == 1e-6
-    assert ledger["spent_epsilon"] == pytest.approx(2) and ledger["remaining"] == 3 - ledger["spent_epsilon"]
+    assert 2 * (1 - 1e-4) <= ledger["spent_epsilon"] <= 2  # calibrated to 0.01% below the budget
+    assert ledger["remaining"] == 3 - ledger["spent_epsilon"]

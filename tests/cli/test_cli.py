@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from typer.testing import CliRunner
 
 from dpdistill import runs
 from dpdistill.cli.main import app
+
+from helpers import write_idx_folder
 
 runner = CliRunner()
 
@@ -30,13 +33,14 @@ def test_evaluate_a_teacher(digits_teacher: Path):
 
 
 def test_transcribe_writes_a_report(digits_teacher: Path, tmp_path: Path):
-    result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--privacy", "label",
+    result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--privacy", "data",
                     "--epsilon", "5", "--preset", "demo", "--iterations", "6", "--batch-size", "32",
-                    "--gradient-op", "clip")
+                    "--gradient-op", "clip")  # data mode: the gradient operation bounds the released answers
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["privacy"]["epsilon"] <= 5
+    assert report["privacy_mode"] == "data" and 4.99 < report["privacy"]["epsilon"] <= 5
     assert report["config"]["iterations"] == 6 and report["config"]["gradient_operation"] == "clip"
+    assert report["privacy"]["queries"] == 6 * 32
     evaluated = invoke("evaluate", "--model", tmp_path, "--dataset", "digits")
     assert evaluated.exit_code == 0, evaluated.output
 
@@ -78,9 +82,9 @@ def _transcribe(teacher: Path, out: Path, *extra: str):
     (("--epsilon", "1", "--gradient-op", "round"), "unknown gradient operation"),
     ((), "epsilon"),
 ])
-def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, extra, message):
-    if "fmnist" in extra and not Path("/usr/share/datasets/fashion-mnist").exists():
-        pytest.skip("fmnist not installed")
+def test_transcribe_error_paths(digits_teacher: Path, tmp_path: Path, monkeypatch, extra, message):
+    write_idx_folder(tmp_path / "fmnist")  # a Fashion-MNIST of 6 x 6 images: no installed data set needed
+    monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path / "fmnist"))
     result = _transcribe(digits_teacher, tmp_path / "out", *extra)
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and message in result.output
@@ -331,3 +335,32 @@ def test_resume_on_a_finished_run_says_it_has_finished(digits_teacher: Path, tmp
     assert _transcribe(digits_teacher, tmp_path / "run", "--epsilon", "5", "--preset", "demo").exit_code == 0
     message = _one_error(_transcribe(digits_teacher, tmp_path / "run", "--epsilon", "5", "--resume"))
     assert f"the run in {tmp_path / 'run'} has finished: there is nothing to resume" in message
+
+
+def test_sigterm_exits_130_and_leaves_a_run_that_resumes(digits_teacher: Path, tmp_path: Path, monkeypatch):
+    """A scheduler's SIGTERM, delivered to this process right after the first checkpoint, ends the run like Ctrl-C."""
+    from dpdistill.methods.engine import TranscriptionEngine
+
+    checkpoint = TranscriptionEngine._checkpoint
+
+    def checkpoint_then_terminate(self) -> None:
+        checkpoint(self)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(TranscriptionEngine, "_checkpoint", checkpoint_then_terminate)
+    arguments = ("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--epsilon", "5", "--preset", "demo",
+                 "--iterations", "6", "--batch-size", "8", "--set", "checkpoint_every=2")
+    try:
+        result = invoke(*arguments)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.output and "--resume" in result.output
+    state = tmp_path / "private" / "resume"
+    assert (state / "state.json").exists() and len(list((state / "answers").iterdir())) == 2
+    assert not (tmp_path / "report.json").exists()
+    monkeypatch.undo()
+    resumed = invoke(*arguments, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads((tmp_path / "report.json").read_text())["privacy"]["queries"] == 6 * 8

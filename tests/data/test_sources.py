@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from dpdistill.data import data_home, list_datasets, load_dataset
-from dpdistill.data.idx import write_idx
 from dpdistill.data.paths import fmnist_dir
 from dpdistill.errors import DatasetError
+
+from helpers import write_idx_folder
 
 # Where `make data` put the real data sets (read before any test points DPDISTILL_HOME elsewhere)
 FMNIST_DIR = fmnist_dir()
@@ -39,17 +40,9 @@ def test_data_home_defaults_to_the_user_cache(monkeypatch, tmp_path: Path):
 
 # --- user data: IDX folders and .npz files ---
 
-def _write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz") -> None:
-    rng = np.random.default_rng(1)
-    folder.mkdir(parents=True, exist_ok=True)
-    for prefix, n in (("train", 30), (test_prefix, 10)):
-        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, 6, 6), dtype=np.uint8))
-        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)
-
-
 @pytest.mark.parametrize("test_prefix, suffix", [("t10k", ".gz"), ("test", ""), ("t10k", "")])
 def test_user_idx_folder(tmp_path: Path, test_prefix: str, suffix: str):
-    _write_idx_folder(tmp_path / "scans", test_prefix, suffix)
+    write_idx_folder(tmp_path / "scans", test_prefix, suffix)
     dataset = load_dataset(str(tmp_path / "scans"))
     assert dataset.name == "scans"
     assert dataset.input_shape == (1, 6, 6) and dataset.num_classes == 3
@@ -59,7 +52,7 @@ def test_user_idx_folder(tmp_path: Path, test_prefix: str, suffix: str):
 
 
 def test_idx_folder_missing_files_are_named(tmp_path: Path):
-    _write_idx_folder(tmp_path)
+    write_idx_folder(tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DatasetError, match=r"lacks t10k\|test-labels-idx1-ubyte\[\.gz\]:"):
         load_dataset(str(tmp_path))
@@ -180,7 +173,7 @@ def test_missing_fmnist_says_how_to_install(tmp_path: Path, monkeypatch):
 
 
 def test_fmnist_directory_can_be_overridden(tmp_path: Path, monkeypatch):
-    _write_idx_folder(tmp_path)
+    write_idx_folder(tmp_path)
     monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path))
     assert load_dataset("fmnist").num_classes == 10
     assert {s.name: s for s in list_datasets()}["fmnist"].detail == str(tmp_path)

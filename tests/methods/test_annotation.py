@@ -64,9 +64,14 @@ def test_uncertain_noisy_votes_are_declined_but_still_charged():
 
 
 def test_without_privacy_an_ensemble_teaches_its_mean_probability():
-    members = torch.randn(3, 6, 5)
-    targets = TeacherAnnotator(temperature=2.0).annotate(members, torch.zeros(6, 5))
-    assert torch.allclose(targets, torch.softmax(members / 2, -1).mean(0))
+    """Members sure of class 0 (0.98) and undecided (0.5): the mean of their probabilities is 0.74, where a mean of
+    their logits would say 0.875. The temperature divides the logits before the softmax."""
+    temperature = 2.0
+    members = temperature * torch.log(torch.tensor([[[0.98, 0.02]], [[0.5, 0.5]]]))
+    targets = TeacherAnnotator(temperature).annotate(members, torch.zeros(1, 2))
+    assert torch.allclose(targets, torch.tensor([[0.74, 0.26]]), atol=1e-6)
+    single = TeacherAnnotator(temperature).annotate(members[0], torch.zeros(1, 2))
+    assert torch.allclose(single, torch.tensor([[0.98, 0.02]]), atol=1e-6)
 
 
 def test_candidates_are_the_top_k_or_every_class_above_the_threshold_and_at_least_two():
@@ -77,3 +82,20 @@ def test_candidates_are_the_top_k_or_every_class_above_the_threshold_and_at_leas
     assert threshold[0].tolist() == [True, True, True, True, False]
     assert threshold[1].sum() == 2 and threshold[1, 0]  # fewer than two above: the top two
     assert threshold[2].all()  # an undecided student offers every class
+
+
+@pytest.mark.parametrize("sigma, beta", [(50.0, 1.0), (20.0, 0.25)])
+def test_the_output_gradient_answer_carries_noise_of_std_sigma_times_beta(sigma: float, beta: float):
+    """The absolute noise scale the accountant assumes (std sigma * beta per coordinate), read back from the released
+    targets: each row's step is known up to a constant, so its centred noise has variance (1 - 1/C) (sigma beta)^2;
+    the bounded answer (norm <= beta) is negligible beside it."""
+    torch.manual_seed(2)
+    n, classes, step = 4000, 10, 0.1 / sigma  # logits move by about 0.1 * noise / (sigma beta): no float saturation
+    student, teacher = torch.randn(n, classes), torch.randn(n, classes)
+    ledger = PrivacyLedger(GaussianQuery(sigma / 2), max_queries=n)
+    annotator = OutputGradientAnnotator(DistillationGradient("kd"), ledger, beta=beta, sigma=sigma, top_k=None,
+                                        step=step, noise=SecureNoise())
+    released = _released_step(annotator.annotate(teacher, student), student, step)
+    expected = sigma * beta * (1 - 1 / classes) ** 0.5
+    assert released.std().item() == pytest.approx(expected, rel=0.02)  # 40,000 draws: standard error 0.4%
+    assert ledger.answered == n

@@ -14,7 +14,7 @@ from dpdistill.methods.engine import AnswerJournal, TranscriptionEngine
 from dpdistill.training.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
-from dpdistill.pipeline import transcribe
+from dpdistill.pipeline import evaluate, transcribe
 from dpdistill.privacy.ledger import ReleaseLedger
 
 CHANCE = 0.1
@@ -42,7 +42,8 @@ def test_private_run_writes_its_outputs_and_respects_its_budget(digits_teacher: 
         assert key in saved
     for key in ("epsilon", "delta", "accountant", "paper_epsilon", "queries"):
         assert key in saved["privacy"]
-    assert 0 <= saved["accuracy"]["student"] <= 1 and "teacher" not in saved["accuracy"]
+    assert "teacher" not in saved["accuracy"]  # the teacher's accuracy is a private figure
+    assert saved["accuracy"]["student"] == pytest.approx(evaluate(tmp_path, "digits", "student")["accuracy"])
     record = json.loads((tmp_path / "private" / "record.json").read_text())
     assert record["accuracy"]["teacher"] > 0.9 and "NEVER PUBLISH" in record["notice"]
     assert "NOT a guarantee" in (tmp_path / "report.md").read_text()
@@ -56,7 +57,8 @@ def test_tiny_run_learns_above_chance(digits_teacher: Path, tmp_path: Path, mode
     """DPSD-T (teacher as discriminator) with little or no noise: the loop itself must transfer knowledge."""
     config = build_config("demo", {"discriminator": "teacher", "latents": "fresh"}, {"mode": mode, "epsilon": epsilon})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
-    assert report["accuracy"]["student"] > CHANCE + 0.15
+    # measured 0.48 and 0.52 (data, eps 1e5) and 0.56 twice (none) on 2 cores: a margin of 0.08 below the lowest
+    assert report["accuracy"]["student"] > 0.4
     assert report["privacy"]["covered"].startswith("NO formal guarantee" if mode == "data" else "nothing")
 
 
@@ -202,3 +204,63 @@ def test_a_read_no_mechanism_protects_makes_the_teachers_ledger_unbounded(digits
     assert report["privacy"]["epsilon"] <= 10.0  # the answers alone are still calibrated
     assert report["privacy"]["ledger"]["spent_epsilon"] == math.inf
     assert report["privacy"]["uncovered_reads"][0]["event"] == {"type": "NonPrivateDpEvent"}
+
+
+def _interrupted(teacher: Path, out: Path, config, at: int = 6) -> None:
+    """A run stopped after iteration `at` (checkpointed every 5 iterations, answers journaled every iteration)."""
+    def interrupt(record: dict) -> None:
+        if record["iteration"] == at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        transcribe(teacher, config, out, "digits", progress=interrupt)
+
+
+@pytest.mark.parametrize("damage", ["journal", "checkpoint"])
+def test_a_resume_from_damaged_state_is_refused_and_keeps_what_was_spent(digits_teacher: Path, tmp_path: Path,
+                                                                         damage: str):
+    config = _config("data", iterations=10, batch_size=16, checkpoint_every=5, eval_every=100)
+    _interrupted(digits_teacher, tmp_path, config)
+    state = tmp_path / "private" / "resume"
+    damaged = sorted((state / "answers").glob("*.safetensors"))[2] if damage == "journal" else state / "state.json"
+    damaged.write_bytes(b"\x00" * 16)
+    with pytest.raises(CheckpointError, match="damaged"):
+        transcribe(digits_teacher, config, tmp_path, "digits", resume=True)
+    assert state.exists() and not (tmp_path / "student.safetensors").exists()  # nothing released, nothing lost
+    entries = json.loads((digits_teacher / "ledger.json").read_text())["entries"]
+    (entry,) = [entry for entry in entries if entry["out_dir"] == str(tmp_path.resolve())]
+    assert entry["status"] == "reserved"  # the whole planned release stays charged to the teacher
+
+
+def test_a_resume_keeps_the_interrupted_runs_configuration(digits_teacher: Path, tmp_path: Path):
+    """Different settings on --resume do not change the run under way: its saved configuration and budget hold."""
+    config = _config("data", epsilon=2.0, iterations=10, batch_size=16, checkpoint_every=5, eval_every=100)
+    _interrupted(digits_teacher, tmp_path, config)
+    changed = _config("label", epsilon=50.0, iterations=30, batch_size=32)
+    report = transcribe(digits_teacher, changed, tmp_path, "digits", resume=True)
+    assert report["privacy_mode"] == "data" and report["config"]["iterations"] == 10
+    assert report["privacy"]["queries"] == 10 * 16 and 1.99 < report["privacy"]["epsilon"] <= 2.0
+
+
+def test_data_mode_with_clipping_releases_clipped_answers_end_to_end(digits_teacher: Path, tmp_path: Path,
+                                                                     monkeypatch):
+    """Every answer is its gradient scaled down to norm beta if longer, and left as it is if shorter (normalizing
+    would lift every norm to beta). beta = 3 sits among the gradients' norms, so both cases occur."""
+    from dpdistill.training import annotation
+
+    raw, released, bound = [], [], annotation.bounded_output_gradient
+
+    def observed(gradients, beta, top_k, operation="normalize", stability=1e-4):
+        bounded = bound(gradients, beta, top_k, operation, stability)
+        raw.append(gradients.norm(dim=1))
+        released.append(bounded.norm(dim=1))
+        return bounded
+
+    monkeypatch.setattr(annotation, "bounded_output_gradient", observed)
+    config = build_config("demo", {"method": "dpdfd", "iterations": 4, "batch_size": 32, "gradient_operation": "clip"},
+                          {"mode": "data", "epsilon": 10.0, "beta": 3.0})  # DPDFD: the whole gradient, no top-k
+    report = transcribe(digits_teacher, config, tmp_path, "digits")
+    assert report["config"]["gradient_operation"] == "clip" and report["privacy"]["queries"] == 4 * 32
+    raw, released = torch.cat(raw), torch.cat(released)
+    assert len(released) == 4 * 32 and (raw > 3.0).any() and (raw < 3.0).any()
+    assert torch.allclose(released, raw.clamp(max=3.0), rtol=1e-5)

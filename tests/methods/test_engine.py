@@ -11,8 +11,6 @@ from dpdistill.methods.engine import ReplayBuffer
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import coverage, transcribe
 
-CHANCE = 0.1
-
 
 def test_replay_buffer_keeps_the_most_recent_samples():
     buffer = ReplayBuffer(capacity=5)
@@ -83,7 +81,7 @@ def test_upper_bound_engine_learns(digits_teacher: Path, tmp_path: Path):
     config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60,
                                  "student_steps": 8}, {"mode": "none"})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
-    assert report["accuracy"]["student"] > CHANCE + 0.4
+    assert report["accuracy"]["student"] > 0.75  # measured 0.85 twice (no noise) on 2 cores: a margin of 0.1
     assert set(report["history"][-1]) >= {"g_batchnorm", "g_adversarial"}
     assert report["config"]["augment_shift"] == 2 and report["config"]["augment_flip"]  # relabelled by the teacher
 
@@ -111,6 +109,18 @@ def test_resume_is_exact_with_replay_augmentation_and_a_schedule(digits_teacher:
 
 
 def test_threshold_candidates_are_accounted_as_binary_randomized_response():
-    config = build_config("paper", {"candidates": "threshold"}, {"mode": "label", "epsilon": 1.0})
-    assert config.privacy.num_candidates == 2
-    assert build_config("paper", {}, {"mode": "label", "epsilon": 1.0}).privacy.num_candidates == 3
+    """A threshold offers any number of candidates (at least two), so a label answer is bounded by binary
+    randomized response, the worst case: the plan's epsilon is the exact binary composition of its eps0, above the
+    figure the same eps0 would have over three candidates."""
+    from dpdistill.privacy.budget import plan_privacy
+
+    from helpers import exact_randomized_response_epsilon
+
+    for candidates, expected_k in (("threshold", 2), ("top-k", 3)):
+        config = build_config("demo", {"candidates": candidates, "iterations": 20, "batch_size": 64},
+                              {"mode": "label", "epsilon": 1.0})
+        plan = plan_privacy(config.privacy, 10, 64, 20)
+        exact = exact_randomized_response_epsilon(plan.epsilon0, expected_k, 1280, 1e-5)
+        assert plan.epsilon(1280) == pytest.approx(exact, rel=1e-4) and 0.999 < exact <= 1.0
+        if expected_k == 2:
+            assert exact_randomized_response_epsilon(plan.epsilon0, 3, 1280, 1e-5) < 0.999

@@ -281,3 +281,27 @@ def _variance_p_value(values: np.ndarray, sigma: float) -> float:
     discrete Gaussian's variance is sigma^2 to a relative 4 pi^2 sigma^2 e^(-4 pi^2 sigma^2); Canonne et al.)."""
     statistic = np.sum(values**2) / sigma**2
     return 2 * min(scipy.stats.chi2.cdf(statistic, len(values)), scipy.stats.chi2.sf(statistic, len(values)))
+
+
+def test_a_vote_margin_keeps_only_clear_leads_and_charges_every_answer(digits_ensemble: Path):
+    """Four members; noise of std 0.05 cannot move a count by half a vote, so a margin of 30 sigmas (1.5 votes)
+    keeps exactly the answers whose true leader is ahead by two votes or more."""
+    ensemble, _ = load_teacher(digits_ensemble)
+    pool = load_dataset("digits").x_test[:200]
+    config = PateConfig(queries=150, public_size=200, vote_margin=30.0, **LOUD)
+    plan = plan_privacy(config.privacy_request(len(ensemble), 10), 10, config.queries, 1)
+    answers = release_answers(ensemble, pool, plan, config, 10)
+    votes = vote_counts(ensemble, pool[answers.indices], 10, torch.device("cpu")).topk(2, dim=1).values
+    clear = votes[:, 0] - votes[:, 1] >= 2
+    assert torch.equal(answers.confident, clear) and 0 < clear.sum() < 150
+    assert len(answers.labels) == 150  # every asked image was answered, and charged, kept or not
+
+
+def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_charged(digits_ensemble: Path,
+                                                                                         tmp_path: Path):
+    config = PateConfig(queries=40, public_size=200, vote_margin=1000.0, min_steps=5, **LOUD)  # 50 votes: > 4
+    with pytest.raises(ConfigError, match="kept no answer"):
+        pate(digits_ensemble, config, tmp_path)
+    entries = json.loads((digits_ensemble / "ledger.json").read_text())["entries"]
+    (entry,) = [entry for entry in entries if entry["out_dir"] == str(tmp_path.resolve())]
+    assert entry["status"] == "reserved" and entry["event"]["count"] == 40  # the release happened: it counts

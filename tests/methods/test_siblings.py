@@ -7,7 +7,9 @@ import torch
 
 from dpdistill.errors import ConfigError
 from dpdistill.methods.config import build_config
+from dpdistill.methods.engine import TranscriptionEngine
 from dpdistill.models.checkpoint import load_classifier, load_generator
+from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import transcribe
 
 CHANCE = 0.1
@@ -19,19 +21,30 @@ def _srr(**overrides):
     return build_config("demo", values, {"mode": "label", "epsilon": 1.0, "accounting": "paper"})
 
 
-def test_dpdfd_releases_the_whole_gradient_with_its_loss_weights():
-    config = build_config("paper", {"method": "dpdfd"}, {"mode": "data", "epsilon": 10.0, "accounting": "paper"})
-    assert config.top_k is None and config.latents == "fresh"
-    assert (config.entropy_weight, config.activation_weight) == (1.0, 1.0)
-    assert config.privacy.sigma == 100.0 and config.privacy.beta == 5e-3
-    assert build_config("paper", {}, {"mode": "data", "epsilon": 10.0}).top_k == 3  # DPSD keeps top-k
+def _moved_classes(method: str, teacher_dir: Path) -> torch.Tensor:
+    """How many of each sample's 10 logits a noiseless data-mode answer of `method` moves."""
+    teacher, meta = load_teacher(teacher_dir)
+    config = build_config("paper", {"method": method}, {"mode": "data", "epsilon": 10.0, "beta": 1.0})
+    annotator = TranscriptionEngine(config, teacher, tuple(meta["in_shape"]), 10).annotator
+    annotator.sigma = 1e-9  # the bounded answer alone
+    student = torch.randn(64, 10, generator=torch.Generator().manual_seed(0))
+    targets = annotator.annotate(torch.randn(64, 10, generator=torch.Generator().manual_seed(1)), student)
+    shift = student - targets.log()  # the answer times the step, plus a constant per row
+    return ((shift - shift.median(1, keepdim=True).values).abs() > 1e-6).sum(1)
 
 
-def test_srr_takes_its_papers_threshold_and_pretraining():
-    config = _srr()
-    assert config.candidates == "threshold" and config.privacy.num_candidates == 2
-    assert (config.entropy_weight, config.batchnorm_weight) == (5.0, 10.0)
-    assert config.generator_sees_teacher
+def test_dpdfd_releases_the_whole_gradient_and_dpsd_its_top_k(digits_teacher: Path):
+    assert (_moved_classes("dpdfd", digits_teacher) == 9).all()  # all but the median itself
+    assert (_moved_classes("dpsd", digits_teacher) == 3).all()  # the paper preset's top-3
+
+
+def test_srr_offers_every_class_its_student_finds_plausible_and_at_least_two(digits_teacher: Path):
+    teacher, meta = load_teacher(digits_teacher)
+    transcriber = TranscriptionEngine(_srr(), teacher, tuple(meta["in_shape"]), 10)
+    undecided, sure = torch.zeros(1, 10), torch.tensor([[9.0] + [0.0] * 9])
+    assert transcriber.annotator.candidates(undecided).sum() == 10 and transcriber.annotator.candidates(sure).sum() == 2
+    assert transcriber.plan.request.num_candidates == 2  # so each answer is accounted as binary randomized response
+    assert transcriber.config.generator_sees_teacher
 
 
 @pytest.mark.parametrize("method, mode", [("dpdfd", "label"), ("srr", "data"), ("dpsgd", "data")])
@@ -47,7 +60,7 @@ def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
     config = build_config("demo", overrides, {"mode": "data", "epsilon": 1e5})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
     assert report["method"] == "dpdfd" and report["config"]["top_k"] is None
-    assert report["accuracy"]["student"] > CHANCE + 0.15
+    assert report["accuracy"]["student"] > 0.42  # measured 0.52 and 0.55 on 2 cores: a margin of 0.1 below the lowest
 
 
 def test_srr_learns_and_says_its_student_is_not_covered(digits_teacher: Path, tmp_path: Path):

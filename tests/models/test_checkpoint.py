@@ -73,9 +73,13 @@ def test_generator_round_trip_is_exact(tmp_path):
 
 
 def test_hand_placed_meta_json_describes_a_teacher(tmp_path):
-    _save_teacher(tmp_path)
+    """Without model.json, the meta.json a user placed beside the weights rebuilds the same network."""
+    model = _save_teacher(tmp_path, "resnet18", width=4)
     (tmp_path / "model.json").unlink()
-    load_classifier(tmp_path)
+    loaded, meta = load_classifier(tmp_path)
+    assert meta == _meta("resnet18", width=4)
+    x = torch.randn(3, 1, 8, 8)
+    assert not loaded.training and torch.equal(loaded(x), model(x))
 
 
 def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ KEYED = ("a keyed hash of each example's id (secret key from OS entropy): adding
          "changes one member")
 
 
-def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ensemble: Path):
+def test_training_writes_members_and_a_report_of_their_partitions(digits_ensemble: Path):
     report = json.loads((digits_ensemble / "report.json").read_text())
     assert report["ensemble"] == {"members": 4, "partition": {"scheme": "keyed-hash",
                                                               "key": "partition-key.json (private: never release it)",
@@ -45,6 +45,25 @@ def test_training_writes_members_on_disjoint_partitions_and_a_report(digits_ense
     accuracy = report["accuracy"]
     assert accuracy["member_min"] > 0.5 and accuracy["teacher"] >= accuracy["member_mean"] - 0.02
     assert 0.8 < accuracy["plurality_vote"] <= 1
+
+
+def test_each_member_trains_on_its_own_keyed_partition_and_they_are_disjoint(tmp_path: Path, monkeypatch):
+    """The ids each member actually trained on: pairwise disjoint, together the whole training split, and each
+    the keyed-hash partition the saved key gives (so one example is in exactly one member)."""
+    trained_on: list[torch.Tensor] = []
+
+    def recording(dataset, config, *args, **kwargs):
+        trained_on.append(dataset.ids_train.clone())
+        return train_classifier(dataset, config, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_classifier", recording)
+    train_teacher_ensemble("digits", tmp_path, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=1), 3)
+    ids = load_dataset("digits").ids_train
+    assert len(trained_on) == 3 and all(len(part) > 0 for part in trained_on)
+    assert sum(len(part) for part in trained_on) == len(ids)
+    assert torch.equal(torch.cat(trained_on).sort().values, ids.sort().values)  # disjoint, and nothing left out
+    keyed = partition_indices(ids, 3, read_partition_key(tmp_path))
+    assert all(torch.equal(part, ids[index]) for part, index in zip(trained_on, keyed))
 
 
 def test_an_ensemble_loads_whole_and_each_member_alone(digits_ensemble: Path):

@@ -5,19 +5,18 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-import scipy.optimize
-import scipy.signal
 from dp_accounting import gaussian_mechanism
 
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
+from dpdistill.privacy.budget import PrivacyRequest, plan_privacy
+
+from helpers import lattice_epsilon, self_convolved
 from dpdistill.privacy.accounting import (
     DiscreteGaussianQuery,
     GaussianQuery,
     PrivacyLedger,
     RandomizedResponseQuery,
-    calibrate_discrete_gaussian,
-    calibrate_gaussian,
-    calibrate_randomized_response,
+    calibrate,
     composed_epsilon,
     composed_epsilon_rdp,
     max_queries,
@@ -60,16 +59,30 @@ def test_single_randomized_response_costs_at_most_eps0():
 
 @pytest.mark.parametrize("target, sigma", [(1.0, 1688), (10.0, 226)])
 def test_gaussian_calibration_matches_notes_and_round_trips(target, sigma):
-    query = calibrate_gaussian(PAPER_QUERIES, target, DELTA)
+    query = calibrate(GaussianQuery, PAPER_QUERIES, target, DELTA)
     assert 2 * query.noise_multiplier == pytest.approx(sigma, rel=0.002)
     spent = composed_epsilon(query, PAPER_QUERIES, DELTA)
-    assert target * 0.995 <= spent <= target
+    assert target * 0.999 <= spent <= target
+    assert composed_epsilon(GaussianQuery(query.noise_multiplier / 1.0001), PAPER_QUERIES, DELTA) > target
 
 
 def test_randomized_response_calibration_round_trips():
-    query = calibrate_randomized_response(PAPER_QUERIES, 3, 1.0, DELTA)
+    query = calibrate(lambda noise: RandomizedResponseQuery(1 / noise, 3), PAPER_QUERIES, 1.0, DELTA)
     assert query.epsilon0 == pytest.approx(0.00145, rel=0.01)
-    assert 0.995 <= composed_epsilon(query, PAPER_QUERIES, DELTA) <= 1.0
+    assert 0.999 <= composed_epsilon(query, PAPER_QUERIES, DELTA) <= 1.0
+    assert composed_epsilon(RandomizedResponseQuery(query.epsilon0 * 1.0001, 3), PAPER_QUERIES, DELTA) > 1.0
+
+
+@pytest.mark.parametrize("start", [1e-3, 1.0, 40.0, 1e4])
+def test_calibration_finds_the_same_noise_from_below_and_from_above(start):
+    expected = gaussian_mechanism.get_sigma_gaussian(1.0, DELTA) * math.sqrt(1000)  # analytic, exact
+    query = calibrate(GaussianQuery, 1000, 1.0, DELTA, start=start)
+    assert expected <= query.noise_multiplier <= expected * (1 + 1e-4)
+
+
+def test_calibration_refuses_noise_beyond_a_million_times_its_start():
+    with pytest.raises(PrivacyParameterError, match="no noise up to"):
+        calibrate(GaussianQuery, PAPER_QUERIES, 1.0, DELTA, start=1e-4)  # 844 is needed
 
 
 def test_max_queries_is_the_boundary():
@@ -96,7 +109,7 @@ def test_ledger_refuses_a_charge_past_its_cap():
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_impossible_epsilon_is_rejected(bad):
     with pytest.raises(PrivacyParameterError):
-        calibrate_gaussian(100, bad, DELTA)
+        calibrate(GaussianQuery, 100, bad, DELTA)
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0, -0.1, 2.0])
@@ -115,16 +128,8 @@ def _exact_vote_epsilon(sigma: float, count: int, delta: float) -> float:
     support = np.arange(-int(12 * sigma) - 2, int(12 * sigma) + 3).astype(float)  # mass beyond: below 1e-30
     pmf = np.exp(-support**2 / (2 * sigma**2))
     pmf /= pmf.sum()
-    total, power, remaining = np.array([1.0]), np.convolve(pmf, pmf[::-1]), count
-    while remaining:  # the count-fold convolution by repeated squaring
-        if remaining & 1:
-            total = np.clip(scipy.signal.fftconvolve(total, power), 0, None)
-        remaining >>= 1
-        if remaining:
-            power = np.clip(scipy.signal.fftconvolve(power, power), 0, None)
-    loss = (np.arange(len(total)) - (len(total) - 1) // 2 + count) / sigma**2
-    return scipy.optimize.brentq(lambda eps: np.sum(total * -np.expm1(np.minimum(eps - loss, 0))) - delta,
-                                 0, loss.max(), xtol=1e-12)
+    total = self_convolved(np.convolve(pmf, pmf[::-1]), count)
+    return lattice_epsilon(total, (np.arange(len(total)) - (len(total) - 1) // 2 + count) / sigma**2, delta)
 
 
 @pytest.mark.parametrize("sigma, count", [(0.5, 3), (2, 1), (2, 10), (5, 100), (12, 400)])
@@ -154,7 +159,8 @@ def test_discrete_gaussian_votes_describe_themselves_like_the_other_queries():
 
 @pytest.mark.parametrize("target, count", [(1.0, 100), (10.0, 3840), (1000.0, 150)])
 def test_discrete_gaussian_calibration_never_overspends(target, count):
-    query = calibrate_discrete_gaussian(count, target, DELTA)
+    query = plan_privacy(PrivacyRequest("label", epsilon=target, teachers=5), 10, count, 1).query
+    assert query.discrete
     assert target * 0.999 < composed_epsilon(query, count, DELTA) <= target
     assert composed_epsilon(DiscreteGaussianQuery(query.sigma / 1.0002), count, DELTA) > target  # smallest to 0.01%
     cap = max_queries(query, target, DELTA, guess=count)

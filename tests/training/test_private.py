@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 import torch.nn.functional as F
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -19,9 +20,10 @@ from dpdistill.models.checkpoint import load_classifier
 from dpdistill.training.annotation import DistillationGradient
 from dpdistill.pipeline import evaluate, train_private
 from dpdistill.runs import exclusive
-from dpdistill.privacy.accounting import (GaussianQuery, SampledReleaseQuery, calibrate_dpsgd,
-                                          calibrate_sampled_release, composed_epsilon, dpsgd_epsilon)
+from dpdistill.privacy.accounting import GaussianQuery, SampledReleaseQuery, composed_epsilon, dpsgd_epsilon
 from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training
+
+from helpers import gdp_delta
 
 DELTA = 1e-5
 DIGITS_TRAIN = 1437
@@ -60,7 +62,8 @@ def test_private_dpsgd_accounting_under_replace_one_costs_more():
 
 
 def test_private_dpsgd_calibration_spends_the_budget_and_no_more():
-    query = calibrate_dpsgd(1 / 23, 230, 10.0, DELTA)
+    query = plan_private_training(PrivateTrainingConfig(**TINY, epsilon=10.0, epochs=10), DIGITS_TRAIN).query
+    assert query.discretization == 1e-4  # searched on a coarse PLD, stated on the fine one
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
     assert dpsgd_epsilon(query.noise_multiplier / 1.003, 1 / 23, 230, DELTA) > 10.0  # within 0.3% of the optimum
 
@@ -86,7 +89,8 @@ def test_private_release_epsilon_agrees_with_a_monte_carlo_privacy_loss():
 
 
 def test_private_release_calibration_fits_the_budget():
-    query = calibrate_sampled_release(1 / 23, 230, 10.0, DELTA)
+    config = PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=10.0, epochs=10)
+    query = plan_private_training(config, DIGITS_TRAIN).query
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
     assert composed_epsilon(SampledReleaseQuery(query.noise_multiplier / 1.003, 1 / 23), 230, DELTA) > 10.0
 
@@ -165,10 +169,16 @@ def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
 def test_private_dpdfd_direct_learns_but_has_no_formal_guarantee(tmp_path: Path):
     report = train_private(PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=50.0, epochs=3), tmp_path)
     privacy = report["privacy"]
-    assert report["accuracy"]["student"] > 0.3
+    assert report["accuracy"]["student"] > 0.74  # measured 0.84 and 0.88 on 2 cores: a margin of 0.1 below the lowest
     assert privacy["formal_guarantee"] is False and privacy["covered"].startswith("NO formal guarantee")
     assert 49.5 < privacy["epsilon"] <= 50.0 and privacy["steps"] == 69
-    assert privacy["sigma"] == 2 * privacy["noise_multiplier"]
+    # independently: each example takes part in K ~ Binomial(69, 1/23) steps, each a Gaussian of the reported
+    # multiplier, so delta(eps) is the Binomial mixture of closed-form GDP curves with mu = sqrt(K) / multiplier
+    takes_part = np.arange(1, 70)
+    weights = scipy.stats.binom.pmf(takes_part, 69, 1 / 23)
+    mixture = sum(w * gdp_delta(privacy["epsilon"], math.sqrt(k) / privacy["noise_multiplier"])
+                  for w, k in zip(weights, takes_part))
+    assert mixture == pytest.approx(DELTA, rel=1e-3)
     assert privacy["relation"] == "replace-one" and privacy["epsilon_replace_one"] == privacy["epsilon"]
     assert "epsilon_add_remove" not in privacy  # releases tied to their examples: add/remove is not meaningful
     record = json.loads((tmp_path / "private" / "record.json").read_text())  # the count reveals the data's size

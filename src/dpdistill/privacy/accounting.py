@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 import dp_accounting
 import numpy as np
@@ -97,8 +97,7 @@ class RandomizedResponseQuery:
         if self.num_candidates > 2:
             pmf[0] = (self.num_candidates - 2) * p_other
         single = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(pmf, 0.0, self.epsilon0)
-        composed = single.self_compose(count) if count > 1 else single
-        return composed.get_epsilon_for_delta(delta)
+        return _pld_epsilon(single.self_compose(count) if count > 1 else single, delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         # dp-accounting supports randomized response only under replace-one neighbours, which is ours.
@@ -152,7 +151,7 @@ class DiscreteGaussianQuery:
         single = pld_lib.from_discrete_gaussian_mechanism(self.sigma, sensitivity=1, use_connect_dots=True,
                                                           value_discretization_interval=interval)
         query = single.compose(single)  # the two counts that move
-        return query.self_compose(count).get_epsilon_for_delta(delta)
+        return _pld_epsilon(query.self_compose(count), delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         return dp_accounting.rdp.RdpAccountant()
@@ -228,6 +227,18 @@ class SampledReleaseQuery:
         return root + 1e-9 * (1 + root)  # beyond brentq's tolerance: never below the exact epsilon
 
 
+def _pld_epsilon(pld: pld_lib.PrivacyLossDistribution, delta: float) -> float:
+    """dp-accounting's epsilon of a privacy-loss distribution, without its harmless overflow warning.
+
+    Where the losses exceed about 709, dp-accounting's search divides by a probability mass that has underflowed
+    to a subnormal and numpy warns of the overflow; the quotient becomes inf, so the search stops there and returns
+    inf, an upper bound of an epsilon that is above 709 anyway (calibration probes such runs first: eps0 = epsilon
+    on every answer). No figure within any budget changes.
+    """
+    with np.errstate(over="ignore"):
+        return pld.get_epsilon_for_delta(delta)
+
+
 def _validate_sampled(noise_multiplier: float, sample_rate: float) -> None:
     GaussianQuery(noise_multiplier)  # the same check of the multiplier
     if not 0 < sample_rate <= 1:
@@ -244,6 +255,7 @@ def _log_gaussian_delta(mu: np.ndarray, epsilon: float) -> np.ndarray:
 
 QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | SampledGaussianQuery
              | SampledReleaseQuery)
+Q = TypeVar("Q", bound=QuerySpec)
 
 
 def validate_delta(delta: float) -> None:
@@ -319,44 +331,6 @@ def max_queries(query: QuerySpec, epsilon: float, delta: float, upper: int = 10*
     return _largest_true_int(fits, upper, guess if 0 < guess <= upper and fits(guess) else 0)
 
 
-def calibrate_randomized_response(count: int, num_candidates: int, epsilon: float, delta: float) -> RandomizedResponseQuery:
-    """Largest per-query eps0 (to 0.01%, on the safe side) with which `count` answers stay within (epsilon, delta)."""
-    validate_epsilon(epsilon)
-    validate_delta(delta)
-
-    def fits(epsilon0: float) -> bool:
-        return composed_epsilon(RandomizedResponseQuery(epsilon0, num_candidates), count, delta) <= epsilon
-
-    safe, unsafe = 1e-9, epsilon  # one answer at eps0 = epsilon already spends about epsilon
-    if fits(unsafe):
-        return RandomizedResponseQuery(unsafe, num_candidates)
-    if not fits(safe):
-        raise PrivacyParameterError(f"cannot reach epsilon={epsilon} with {count} randomized-response queries")
-    for _ in range(100):
-        middle = math.sqrt(safe * unsafe)
-        if fits(middle):
-            safe = middle
-        else:
-            unsafe = middle
-        if abs(safe - unsafe) <= 1e-4 * safe:
-            break
-    return RandomizedResponseQuery(safe, num_candidates)
-
-
-def calibrate_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
-    """Smallest noise multiplier with which `count` Gaussian answers stay within (epsilon, delta).
-
-    Exact: the composition is one Gaussian of multiplier z / sqrt(count), calibrated analytically; a relative
-    margin of 1e-9 absorbs the solver's tolerance so the result never overspends.
-    """
-    validate_epsilon(epsilon)
-    validate_delta(delta)
-    query = GaussianQuery(gaussian_mechanism.get_sigma_gaussian(epsilon, delta) * math.sqrt(count) * (1 + 1e-9))
-    if composed_epsilon(query, count, delta) > epsilon:
-        raise PrivacyParameterError(f"could not calibrate Gaussian noise to epsilon={epsilon} for {count} queries")
-    return query
-
-
 def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "pld",
                   discretization: float = 1e-4, relation: str = ADD_REMOVE) -> float:
     """Epsilon of `steps` DP-SGD steps: PoissonSampledDpEvent(q, GaussianDpEvent(z)) self-composed, by
@@ -370,65 +344,34 @@ def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta
     raise ValueError(f"unknown accountant {accountant!r}: choose pld or rdp")
 
 
-def calibrate_noise_multiplier(epsilon_of: Callable[[float], float], epsilon: float, start: float = 1.0,
-                               tolerance: float = 1e-3) -> float:
-    """Smallest noise multiplier z, within a factor 1 + tolerance and on the safe side, with epsilon_of(z) <= epsilon.
+def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta: float, start: float = 1.0,
+              tolerance: float = 1e-4) -> Q:
+    """The query with the least noise whose `count` answers stay within (epsilon, delta): one search for every
+    mechanism, so each is calibrated the same way and on the safe side.
 
-    For mechanisms without a closed-form calibration; `epsilon_of` must decrease in z. Doubles `start` until it
-    fits, then searches down the grid start / (1 + tolerance)^n (never below a millionth of it), so it evaluates
-    `epsilon_of` only near the answer.
+    `query_of` maps a noise parameter (larger: more noise, a smaller epsilon) to a query: a noise multiplier or
+    sigma itself, or 1 / eps0 for randomized response. The answer lies on the grid start * (1 + tolerance)^n, so it
+    is within a factor 1 + tolerance of the least noise that fits, never below it. The search gallops from `start`
+    in whichever direction is needed and then bisects, so it evaluates the (sometimes costly) composed epsilon
+    only near the answer; a `start` close to it (the figure of a similar mechanism that is cheap to account)
+    leaves two or three evaluations.
     """
     validate_epsilon(epsilon)
-    fitting = start
-    while epsilon_of(fitting) > epsilon:
-        fitting *= 2
-        if fitting > start * 1e6:
-            raise PrivacyParameterError(f"no noise multiplier up to {fitting:.3g} meets epsilon={epsilon}")
+    validate_delta(delta)
     ratio = 1 + tolerance
-    below = _largest_true_int(lambda n: epsilon_of(fitting / ratio**n) <= epsilon,
-                              int(math.log(1e6) / math.log(ratio)))
-    return fitting / ratio**below
+    limit = int(math.log(1e6) / math.log(ratio))  # search at most a factor of a million either way
 
+    def fits(steps: int) -> bool:
+        return composed_epsilon(query_of(start * ratio**steps), count, delta) <= epsilon
 
-def calibrate_discrete_gaussian(count: int, epsilon: float, delta: float, tolerance: float = 1e-4) -> DiscreteGaussianQuery:
-    """Smallest vote-noise sigma (to 0.01%, on the safe side) with which `count` discrete-Gaussian answers stay
-    within (epsilon, delta). The search starts just above the continuous Gaussian's analytic sigma, which the
-    discrete one at sigma >= 1 matches to about 0.005%, so it usually costs two or three evaluations."""
-    continuous = calibrate_gaussian(count, epsilon, delta).noise_multiplier * math.sqrt(2)
-    sigma = calibrate_noise_multiplier(lambda s: composed_epsilon(DiscreteGaussianQuery(s), count, delta), epsilon,
-                                       start=continuous * (1 + tolerance), tolerance=tolerance)
-    return DiscreteGaussianQuery(sigma)
-
-
-def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float,
-                    relation: str = ADD_REMOVE) -> SampledGaussianQuery:
-    """Smallest DP-SGD noise multiplier (to 0.1%) whose PLD epsilon over `steps` under `relation` fits
-    (epsilon, delta).
-
-    Searched first on add/remove RDP (fast at any multiplier), then from there on a coarse PLD (10x faster, 0.4%
-    looser at 14,062 steps; replace-one needs more noise, found by doubling), and checked on the fine PLD that the
-    report states.
-    """
-    validate_delta(delta)
-    validate_relation(relation)
-    rdp = calibrate_noise_multiplier(lambda z: dpsgd_epsilon(z, sample_rate, steps, delta, "rdp"), epsilon,
-                                     tolerance=1e-2)  # only a starting point
-    noise_multiplier = calibrate_noise_multiplier(
-        lambda z: dpsgd_epsilon(z, sample_rate, steps, delta, "pld", discretization=1e-3, relation=relation),
-        epsilon, start=rdp)
-    query = SampledGaussianQuery(noise_multiplier, sample_rate, relation=relation)
-    if composed_epsilon(query, steps, delta) > epsilon:
-        raise PrivacyParameterError(f"could not calibrate DP-SGD noise to epsilon={epsilon} for {steps} steps")
-    return query
-
-
-def calibrate_sampled_release(sample_rate: float, steps: int, epsilon: float, delta: float) -> SampledReleaseQuery:
-    """Smallest noise multiplier (to 0.1%) with which `steps` steps of per-example releases fit (epsilon, delta)."""
-    validate_delta(delta)
-    every_step = calibrate_gaussian(steps, epsilon, delta).noise_multiplier  # fits: taking part in every step
-    noise_multiplier = calibrate_noise_multiplier(
-        lambda z: composed_epsilon(SampledReleaseQuery(z, sample_rate), steps, delta), epsilon, start=every_step)
-    return SampledReleaseQuery(noise_multiplier, sample_rate)
+    if fits(0):
+        steps = -_largest_true_int(lambda down: fits(-down), limit)
+    else:
+        steps = _largest_true_int(lambda up: not fits(up), limit) + 1
+        if steps > limit:
+            raise PrivacyParameterError(f"no noise up to {start * ratio**limit:.3g} fits epsilon={epsilon} over "
+                                        f"{count} queries")
+    return query_of(start * ratio**steps)
 
 
 def paper_epsilon_dpsd_data(beta: float, num_classes: int, batch_size: int, iterations: int, sigma: float,

@@ -22,9 +22,7 @@ from dpdistill.privacy.accounting import (
     PrivacyLedger,
     QuerySpec,
     RandomizedResponseQuery,
-    calibrate_discrete_gaussian,
-    calibrate_gaussian,
-    calibrate_randomized_response,
+    calibrate,
     composed_epsilon,
     composed_epsilon_rdp,
     max_queries,
@@ -221,19 +219,24 @@ def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, it
     if request.votes:
         if request.sigma is not None:
             return DiscreteGaussianQuery(request.sigma)
-        return calibrate_discrete_gaussian(planned, request.epsilon, request.delta)
+        # the continuous Gaussian of the same sigma spends a hair less: the search starts there
+        continuous = calibrate(GaussianQuery, planned, request.epsilon, request.delta).noise_multiplier
+        return calibrate(DiscreteGaussianQuery, planned, request.epsilon, request.delta,
+                         start=continuous * request.sensitivity)
     if request.mode == "data":
         if request.sigma is not None:
             return GaussianQuery(request.sigma / request.sensitivity)
         if request.accounting == "paper":
             raise PrivacyParameterError("paper accounting needs a fixed --sigma (the paper preset sets 100)")
-        return calibrate_gaussian(planned, request.epsilon, request.delta)
+        return calibrate(GaussianQuery, planned, request.epsilon, request.delta)
     if request.epsilon0 is not None:
         return RandomizedResponseQuery(request.epsilon0, request.num_candidates)
     if request.accounting == "paper":
         # The paper's reading: each label is eps-label-DP, whatever the number of queries.
         return RandomizedResponseQuery(request.epsilon, request.num_candidates)
-    return calibrate_randomized_response(planned, request.num_candidates, request.epsilon, request.delta)
+    # the noise parameter of randomized response is 1 / eps0; one answer at eps0 = epsilon spends about epsilon
+    return calibrate(lambda noise: RandomizedResponseQuery(1 / noise, request.num_candidates), planned,
+                     request.epsilon, request.delta, start=1 / request.epsilon)
 
 
 def _paper_max_queries(request: PrivacyRequest, query: QuerySpec, num_classes: int, batch_size: int,

@@ -1,0 +1,136 @@
+"""Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
+convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, and a
+folder of IDX files."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.signal
+import scipy.stats
+from dp_accounting import gaussian_mechanism
+from torch import Tensor, nn
+
+from dpdistill.data.idx import write_idx
+from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.privacy.accounting import GaussianQuery
+from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
+
+
+def exact_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
+    """The Gaussian whose `count` answers spend exactly epsilon: the analytic calibration of their composition (one
+    Gaussian of multiplier z / sqrt(count)), independent of dpdistill's search."""
+    return GaussianQuery(gaussian_mechanism.get_sigma_gaussian(epsilon, delta) * math.sqrt(count) * (1 + 1e-9))
+
+
+def gdp_delta(epsilon: float, mu: float) -> float:
+    """delta(eps) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth and Su 2019)."""
+    head = scipy.stats.norm.cdf(-epsilon / mu + mu / 2)
+    return head - math.exp(epsilon + scipy.stats.norm.logcdf(-epsilon / mu - mu / 2))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The epsilon at which mu-GDP reaches `delta`, by root finding on the closed form."""
+    return scipy.optimize.brentq(lambda epsilon: gdp_delta(epsilon, mu) - delta, 0.0, 100 * mu + 100, xtol=1e-12)
+
+
+def exact_randomized_response_epsilon(epsilon0: float, candidates: int, count: int, delta: float) -> float:
+    """Exact epsilon of `count` k-ary randomized-response answers, by convolving the privacy-loss distribution.
+
+    Neighbours differ in the true label (a under D, b under D'); under D the answer is a with probability
+    p = e^eps0 / (e^eps0 + k - 1) (loss +eps0), b with q = 1 / (e^eps0 + k - 1) (loss -eps0), any other class
+    with q (loss 0). The composed loss is eps0 times an integer, so delta(eps) = E[(1 - e^(eps - L))+] is exact
+    on that lattice."""
+    scale = math.exp(epsilon0) + candidates - 1
+    single = np.array([1 / scale, (candidates - 2) / scale, math.exp(epsilon0) / scale])  # loss -1, 0, +1 (x eps0)
+    total = self_convolved(single, count)
+    return lattice_epsilon(total, epsilon0 * (np.arange(len(total)) - count), delta)
+
+
+def self_convolved(pmf: np.ndarray, count: int) -> np.ndarray:
+    """The `count`-fold convolution of a probability mass function on an integer lattice (repeated squaring)."""
+    total, power, remaining = np.array([1.0]), pmf, count
+    while remaining:
+        if remaining & 1:
+            total = np.clip(scipy.signal.fftconvolve(total, power), 0, None)
+        remaining >>= 1
+        if remaining:
+            power = np.clip(scipy.signal.fftconvolve(power, power), 0, None)
+    return total
+
+
+def lattice_epsilon(probabilities: np.ndarray, losses: np.ndarray, delta: float) -> float:
+    """The exact epsilon of a privacy-loss distribution: the root of E[(1 - e^(eps - loss))+] = delta."""
+    return scipy.optimize.brentq(lambda eps: np.sum(probabilities * -np.expm1(np.minimum(eps - losses, 0))) - delta,
+                                 0.0, losses.max(), xtol=1e-12)
+
+
+@dataclass
+class TeacherReads:
+    """Every read of a teacher: the examples of each call, and how many had been read when the run settled its
+    release in the teacher's ledger (reads after that, such as the private record's test accuracy, release
+    nothing)."""
+
+    calls: list[int] = field(default_factory=list)
+    at_settle: int | None = None
+
+    @property
+    def examples(self) -> int:
+        return sum(self.calls)
+
+
+def count_reads(teacher: nn.Module, reads: TeacherReads) -> nn.Module:
+    """Make `teacher` record every read in `reads`: `features` for one network (its forward and every discriminator
+    pass go through it), `member_logits` for an ensemble (every member's answer on a batch)."""
+    name = "member_logits" if isinstance(teacher, TeacherEnsemble) else "features"
+    read = getattr(teacher, name)
+
+    def counted(images: Tensor) -> Any:
+        reads.calls.append(len(images))
+        return read(images)
+
+    object.__setattr__(teacher, name, counted)
+    return teacher
+
+
+def counting_teacher_reads(monkeypatch: pytest.MonkeyPatch) -> TeacherReads:
+    """Count every read of the teacher a pipeline run loads, and note the count when the run settles its release."""
+    from dpdistill.methods import teachers
+
+    reads, load, settle = TeacherReads(), teachers.load_teacher, ReleaseLedger.settle
+
+    def settled(ledger: ReleaseLedger, *args: Any, **kwargs: Any) -> Any:
+        reads.at_settle = reads.examples
+        return settle(ledger, *args, **kwargs)
+
+    def loaded(directory: Path) -> tuple[nn.Module, dict]:
+        teacher, meta = load(directory)
+        return count_reads(teacher, reads), meta
+
+    monkeypatch.setattr(teachers, "load_teacher", loaded)
+    monkeypatch.setattr(ReleaseLedger, "settle", settled)
+    return reads
+
+
+def charged_queries(teacher_dir: Path, out_dir: Path) -> int:
+    """How many answers the teacher's ledger.json charged the finished run writing `out_dir` for."""
+    entries = json.loads((teacher_dir / LEDGER_FILE).read_text())["entries"]
+    (entry,) = [entry for entry in entries if entry["out_dir"] == str(out_dir.resolve())]
+    assert entry["status"] == "spent"
+    return entry["event"].get("count", 0)  # a run that charged nothing records a NoOpDpEvent
+
+
+def write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz", side: int = 6) -> None:
+    """Thirty training and ten test images of side x side pixels in three classes, as IDX files."""
+    rng = np.random.default_rng(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", 30), (test_prefix, 10)):
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, side, side), dtype=np.uint8))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)
