@@ -17,14 +17,18 @@ from rich.table import Table
 
 from dpdistill.errors import DpDistillError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
+# where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a model trained on private data into a differentially private student and generator.")
-data_app = typer.Typer(no_args_is_help=True, help="Data sets: what is available and where it comes from.")
+data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                       help="Data sets: what is available and where it comes from.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
 # Options several commands share, declared once
 SEED = typer.Option(0, help="seeds what is not private (initialisation, order); the privacy noise is secret")
-REPRODUCIBLE_NOISE = typer.Option(False, help="noise from --seed: debugging only, NO privacy guarantee")
+REPRODUCIBLE_NOISE = typer.Option(False, show_default=False,
+                                  help="noise from --seed: debugging only, NO privacy guarantee")
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 
@@ -130,7 +134,7 @@ def train_teacher_command(
                                                       "(default: no limit)"),
     budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
 ) -> None:
-    """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
+    """Train a non-private teacher, or a teacher ensemble. It is the private model to be converted."""
     from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
     from dpdistill.privacy.ledger import Budget, ReleaseLedger
     from dpdistill.training.teacher import TeacherConfig
@@ -204,7 +208,7 @@ def transcribe_command(
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
 ) -> None:
-    """Convert a teacher into a differentially private student and generator."""
+    """Convert a teacher into a private student and generator. Both are differentially private."""
     from dpdistill.methods.config import build_config, parse_assignments
     from dpdistill.pipeline import transcribe
 
@@ -261,7 +265,7 @@ def budget_command(
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
                                                      "total's, else 1e-5]"),
 ) -> None:
-    """Show what all releases from a teacher spent together; --set its total budget."""
+    """Show what all releases from a teacher spent together. --set sets its total budget."""
     from dpdistill.errors import ConfigError
     from dpdistill.models.ensemble import is_ensemble
     from dpdistill.privacy.ledger import ReleaseLedger
@@ -293,7 +297,7 @@ def evaluate_command(
     dataset: str = typer.Option(..., help="data set whose test split is used"),
     name: Optional[str] = typer.Option(None, help="model file stem (default: model, else student)"),
 ) -> None:
-    """Accuracy of a saved model on a data set's real test split (JSON on stdout)."""
+    """Accuracy of a saved model on a real test split. JSON on stdout."""
     from dpdistill.pipeline import evaluate
 
     if name is None:
@@ -304,7 +308,7 @@ def evaluate_command(
 @app.command("demo")
 @clear_errors
 def demo_command(out: Path = typer.Option(Path("runs/demo"), help="output directory")) -> None:
-    """Train a teacher on the embedded digits data and transcribe it in data and label mode."""
+    """Train a teacher on the embedded digits data. It is then transcribed in data and label mode."""
     from dpdistill.demo import run_demo
 
     run_demo(out, console)
@@ -316,11 +320,12 @@ def train_private_command(
     dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
     out: Path = typer.Option(..., help="directory for student.safetensors, config.json, report.json and report.md"),
     method: str = typer.Option("dpsgd", help="dpsgd (Opacus DP-SGD: the student is covered) or dpdfd-direct "
-                                             "(noisy output-gradient targets: NO formal guarantee for the student)"),
+                                             "(noisy targets from output gradients: NO formal guarantee for the student)"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget; the noise is calibrated to it unless --sigma"),
     delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (std / max-grad-norm); dpdfd-direct: "
-                                                     "noise std / beta. Default: calibrated to --epsilon"),
+    sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (noise std over the clipping "
+                                                     "norm); dpdfd-direct: noise std over beta. Default: "
+                                                     "calibrated to --epsilon"),
     max_grad_norm: Optional[float] = typer.Option(None, help="dpsgd: per-example gradient clipping norm "
                                                              "[default: 1.0; 0.1 for scatter-*]"),
     beta: float = typer.Option(1e-3, help="dpdfd-direct: norm C of each output gradient"),
@@ -330,7 +335,7 @@ def train_private_command(
                                                           "scatter-*, Tramer & Boneh's recipe]"),
     batch_size: Optional[int] = typer.Option(None, min=1, help="expected batch size (Poisson sampling) [default: "
                                                                "256; 8192 for scatter-linear, 4096 for scatter-cnn]"),
-    lr: Optional[float] = typer.Option(None, help="learning rate [default: 1e-3; 8 for scatter-linear, "
+    lr: Optional[float] = typer.Option(None, help="the learning rate [default: 1e-3; 8 for scatter-linear, "
                                                  "4 for scatter-cnn]"),
     optimizer: Optional[str] = typer.Option(None, help="adam or sgd, on the privatised gradient [default: adam; "
                                                        "sgd for scatter-*]"),
@@ -350,13 +355,14 @@ def train_private_command(
                                                     "add-remove (Opacus') or replace-one (as ensembles and "
                                                     "transcriptions; more noise); dpdfd-direct: always replace-one"),
     seed: int = typer.Option(0, help="random seed of the initialisation only: noise and sampling are secret"),
-    reproducible_noise: bool = typer.Option(False, help="debugging only, NO privacy guarantee: draw the noise and "
-                                                        "the Poisson sampling from --seed, so the run repeats"),
+    reproducible_noise: bool = typer.Option(False, show_default=False,
+                                            help="debugging only, NO privacy guarantee: draw the noise and the "
+                                                 "Poisson sampling from --seed, so the run repeats"),
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
                                             "options are then ignored)"),
 ) -> None:
-    """Train the student on the private data directly with DP: the baseline that transcription is compared to."""
+    """Train the student on the private data directly with DP. The baseline transcription is compared to."""
     from dpdistill.pipeline import train_private
     from dpdistill.training.private import PrivateTrainingConfig
 
@@ -402,7 +408,7 @@ def pretrain_command(
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
                                                     "split, whose first --public-size images are public)"),
-    public_size: int = typer.Option(5000, min=2, help="public images to pretrain on (as `pate --public-size`)"),
+    public_size: int = typer.Option(5000, min=2, help="how many public images to pretrain on (as `pate --public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
     steps: int = typer.Option(600, min=1, help="optimizer steps"),
     batch_size: int = typer.Option(256, min=2, help="images a step (two views of each)"),
@@ -411,7 +417,7 @@ def pretrain_command(
     seed: int = SEED,
     device: str = DEVICE,
 ) -> None:
-    """Contrastive pretraining on public, unlabelled images: a starting point for teachers and PATE students."""
+    """Contrastive pretraining on public, unlabelled images. A starting point for teachers and PATE students."""
     from dpdistill.pipeline import pretrain
     from dpdistill.training.self_supervised import ContrastiveConfig
 
@@ -427,7 +433,7 @@ def pretrain_command(
 @app.command("pate")
 @clear_errors
 def pate_command(
-    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (train-teacher --partitions M)"),
+    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (made by train-teacher --partitions M)"),
     out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, report.json and "
                                        "report.md"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget; the vote noise is calibrated to it unless "
@@ -471,7 +477,7 @@ def pate_command(
     resume: bool = typer.Option(False, help="continue the interrupted run in --out from its released answers, with "
                                             "its saved settings (other options are then ignored)"),
 ) -> None:
-    """PATE baseline: a teacher ensemble labels public images through noisy votes; a student learns from them."""
+    """PATE: an ensemble labels public images by noisy votes. A student learns from the answers."""
     from dpdistill.methods.pate import PateConfig
     from dpdistill.pipeline import interrupted_pate, pate
 
