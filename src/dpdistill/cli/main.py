@@ -69,24 +69,34 @@ def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dict], None]]:
+def _progress_bar(total: int | None, description: str) -> tuple[Progress, Callable[[dict], None]]:
+    """A bar counting to `total`; a record's "total" replaces it where only the run knows the end (a teacher's
+    epochs, raised to reach --min-steps)."""
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
+        nonlocal total
+        total = record.get("total", total)
         step = next((record[key] for key in POSITION_KEYS if key in record), None)
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
                                                                        "pretrain_step", "step", "confident_share", "loss"))
-        bar.update(task, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
+        bar.update(task, total=total, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
         if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
                                                                      "pretrain_step", "confident_share", "loss")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
     return bar, update
+
+
+def _saved_config(out: Path, kind: Any) -> Any:
+    """The settings saved in `out`/config.json (`kind.from_dict`), which a --resume run continues with, or None."""
+    path = out / "config.json"
+    return kind.from_dict(json.loads(path.read_text())) if path.exists() else None
 
 
 @data_app.command("list")
@@ -148,8 +158,9 @@ def train_teacher_command(
         raise typer.BadParameter("--dirichlet-alpha and --heads-only shape an ensemble: use them with --partitions > 1")
     if partitions > 1 or resume:
         plan = interrupted_ensemble(out) if resume else None
-        partitions = plan["partitions"] if plan else partitions
-        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if heads_only
+        if plan:  # the bar counts what the saved settings train
+            partitions, config = plan["partitions"], TeacherConfig(**plan["config"])
+        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
                        else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
         with bar:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume)
@@ -209,7 +220,7 @@ def transcribe_command(
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
 ) -> None:
     """Convert a teacher into a private student and generator. Both are differentially private."""
-    from dpdistill.methods.config import build_config, parse_assignments
+    from dpdistill.methods.config import TranscriptionConfig, build_config, parse_assignments
     from dpdistill.pipeline import transcribe
 
     config = build_config(
@@ -222,7 +233,8 @@ def transcribe_command(
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )
-    bar, update = _progress_bar(config.iterations, f"{method} {privacy.value}")
+    settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
+    bar, update = _progress_bar(settings.iterations, f"{method} {privacy.value}")
     with bar:
         report = transcribe(teacher, config, out, dataset, resume, update)
     print_summary(report, out)
@@ -372,7 +384,8 @@ def train_private_command(
         optimizer=optimizer, momentum=momentum, seed=seed, device=device,
         student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
         public_size=public_size, relation=relation, reproducible_noise=reproducible_noise)
-    bar, update = _progress_bar(epochs if config is None else config.epochs, f"{method} on {dataset}")
+    settings = _saved_config(out, PrivateTrainingConfig) if resume else config  # what the run completes
+    bar, update = _progress_bar(settings.epochs if settings else None, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update)
     print_private_summary(report, out)
