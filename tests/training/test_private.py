@@ -14,6 +14,7 @@ from opacus.accountants import PRVAccountant, RDPAccountant
 from safetensors.torch import load_file
 
 from dpdistill.data import load_dataset
+from dpdistill.data.public import public_split
 from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.checkpoint import load_classifier
@@ -230,7 +231,9 @@ def test_private_linear_probe_learns_only_the_head_of_the_public_encoder(tmp_pat
     assert _frozen_weights(student, encoder, "backbone.")  # BatchNorm statistics included
     assert not torch.equal(student["head.weight"], encoder["head.weight"])
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
-    assert report["measured_on"] == "the first 200 test images of digits (unlabelled); accuracy on the other 160"
+    measured_on = "the last 160 test images of digits, outside the public pool (its first 200 test images)"
+    assert report["measured_on"] == measured_on
+    assert f"Accuracy is measured on {measured_on}." in (tmp_path / "report.md").read_text()
     digits = load_dataset("digits")
     model, _ = load_classifier(tmp_path, "student")
     assert accuracy(model, digits.x_test[200:], digits.y_test[200:]) == pytest.approx(report["accuracy"]["student"])
@@ -254,6 +257,23 @@ def test_private_training_from_the_encoder_keeps_its_batchnorm_statistics(tmp_pa
         assert torch.equal(student[f"backbone.{index}.weight"], encoder[f"backbone.{index}.weight"])
         assert not torch.equal(student[f"backbone.{index - 1}.weight"], encoder[f"backbone.{index - 1}.weight"])
     assert report["notes"] == [] and json.loads((tmp_path / "student.json").read_text())["opacus_fixed"] is False
+
+
+def test_private_report_says_which_test_images_measure_accuracy(tmp_path: Path):
+    """The whole test split without a public pool; with one, the test images it leaves, or the whole split when
+    the pool comes from another data set's training images."""
+    report = train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1), tmp_path / "run")
+    assert report["measured_on"] == "the whole test split of digits (360 images)"
+    assert "Accuracy is measured on the whole test split of digits (360 images)." in \
+        (tmp_path / "run" / "report.md").read_text()
+    digits = load_dataset("digits")
+    assert public_split(digits, None, 200).measured_on == ("the last 160 test images of digits, outside the public "
+                                                           "pool (its first 200 test images)")
+    other = tmp_path / "public.npz"
+    np.savez(other, x_train=np.zeros((300, 8, 8), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
+             x_test=np.zeros((10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
+    assert public_split(digits, str(other), 250).measured_on == ("the whole test split of digits (360 images); the "
+                                                                 "public pool is public's first 250 training images")
 
 
 def test_private_training_refuses_an_encoder_of_another_pool(tmp_path: Path, digits_encoder: Path):

@@ -18,14 +18,18 @@ from rich.table import Table
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import DpDistillError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
+# where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a model trained on private data into a differentially private student and generator.")
-data_app = typer.Typer(no_args_is_help=True, help="Data sets: what is available and where it comes from.")
+data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                       help="Data sets: what is available and where it comes from.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
 # Options several commands share, declared once
 SEED = typer.Option(0, help="seeds what is not private (initialisation, order); the privacy noise is secret")
-REPRODUCIBLE_NOISE = typer.Option(False, help="noise from --seed: debugging only, NO privacy guarantee")
+REPRODUCIBLE_NOISE = typer.Option(False, show_default=False,
+                                  help="noise from --seed: debugging only, NO privacy guarantee")
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 OVERWRITE = typer.Option(False, help="replace the run already in --out (its outputs are removed first)")
@@ -37,6 +41,11 @@ class PrivacyModeOption(str, Enum):
     data = "data"
     label = "label"
     none = "none"
+
+
+class DemoDataset(str, Enum):  # the data sets dpdistill.demo.SCALES sizes the demo for
+    fmnist = "fmnist"
+    digits = "digits"
 
 
 class AccountingOption(str, Enum):
@@ -67,24 +76,34 @@ def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _progress_bar(total: int, description: str) -> tuple[Progress, Callable[[dict], None]]:
+def _progress_bar(total: int | None, description: str) -> tuple[Progress, Callable[[dict], None]]:
+    """A bar counting to `total`; a record's "total" replaces it where only the run knows the end (a teacher's
+    epochs, raised to reach --min-steps)."""
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
+        nonlocal total
+        total = record.get("total", total)
         step = next((record[key] for key in POSITION_KEYS if key in record), None)
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
                                                                        "pretrain_step", "step", "confident_share", "loss"))
-        bar.update(task, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
+        bar.update(task, total=total, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
         if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
                                                                      "pretrain_step", "confident_share", "loss")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
     return bar, update
+
+
+def _saved_config(out: Path, kind: Any) -> Any:
+    """The settings saved in `out`/config.json (`kind.from_dict`), which a --resume run continues with, or None."""
+    path = out / "config.json"
+    return kind.from_dict(json.loads(path.read_text())) if path.exists() else None
 
 
 @data_app.command("list")
@@ -133,7 +152,7 @@ def train_teacher_command(
     budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Train a non-private teacher (or an ensemble of teachers): the private model to be converted."""
+    """Train a non-private teacher, or a teacher ensemble. It is the private model to be converted."""
     from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
     from dpdistill.privacy.ledger import Budget, ReleaseLedger
     from dpdistill.training.teacher import TeacherConfig
@@ -147,8 +166,9 @@ def train_teacher_command(
         raise typer.BadParameter("--dirichlet-alpha and --heads-only shape an ensemble: use them with --partitions > 1")
     if partitions > 1 or resume:
         plan = interrupted_ensemble(out) if resume else None
-        partitions = plan["partitions"] if plan else partitions
-        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if heads_only
+        if plan:  # the bar counts what the saved settings train
+            partitions, config = plan["partitions"], TeacherConfig(**plan["config"])
+        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
                        else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
         with bar:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume,
@@ -209,8 +229,8 @@ def transcribe_command(
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Convert a teacher into a differentially private student and generator."""
-    from dpdistill.methods.config import build_config, parse_assignments
+    """Convert a teacher into a private student and generator. Both are differentially private."""
+    from dpdistill.methods.config import TranscriptionConfig, build_config, parse_assignments
     from dpdistill.pipeline import transcribe
 
     config = build_config(
@@ -223,7 +243,8 @@ def transcribe_command(
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )
-    bar, update = _progress_bar(config.iterations, f"{method} {privacy.value}")
+    settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
+    bar, update = _progress_bar(settings.iterations, f"{method} {privacy.value}")
     with bar:
         report = transcribe(teacher, config, out, dataset, resume, update, overwrite)
     print_summary(report, out)
@@ -278,7 +299,7 @@ def budget_command(
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
                                                      "total's, else 1e-5]"),
 ) -> None:
-    """Show what all releases from a teacher spent together; --set its total budget."""
+    """Show what all releases from a teacher spent together. --set sets its total budget."""
     from dpdistill.errors import ConfigError
     from dpdistill.models.ensemble import is_ensemble
     from dpdistill.privacy.ledger import ReleaseLedger
@@ -310,8 +331,8 @@ def evaluate_command(
     dataset: str = typer.Option(..., help="data set whose test split is used"),
     name: Optional[str] = typer.Option(None, help="model file stem (default: the teacher or ensemble, else student)"),
 ) -> None:
-    """Accuracy of a saved model on a data set's real test split (JSON on stdout), and which images it was measured
-    on: test images the model saw as public images are left out, and said so on stderr."""
+    """Accuracy of a saved model on a real test split (JSON on stdout), and which images: test images the model
+    saw as public images are left out, and said so on stderr."""
     from dpdistill.pipeline import evaluate
 
     result = evaluate(model, dataset, name)
@@ -355,11 +376,16 @@ def import_teacher_command(
 
 @app.command("demo")
 @clear_errors
-def demo_command(out: Path = typer.Option(Path("runs/demo"), help="output directory")) -> None:
-    """Train a teacher on the embedded digits data and transcribe it in data and label mode."""
+def demo_command(
+    out: Path = typer.Option(Path("runs/demo"), help="output directory"),
+    dataset: DemoDataset = typer.Option(DemoDataset.fmnist, help="fmnist (a few minutes), or digits (seconds, "
+                                                                 "the embedded data: a quick check)"),
+) -> None:
+    """Show the route that works, on Fashion-MNIST. In a few minutes: DP-SGD on scattering features beside DPSD
+    from one teacher and the non-private teacher, at one sound epsilon."""
     from dpdistill.demo import run_demo
 
-    run_demo(out, console)
+    run_demo(out, console, dataset.value)
 
 
 @app.command("train-private")
@@ -368,11 +394,12 @@ def train_private_command(
     dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
     out: Path = typer.Option(..., help="directory for student.safetensors, config.json, report.json and report.md"),
     method: str = typer.Option("dpsgd", help="dpsgd (Opacus DP-SGD: the student is covered) or dpdfd-direct "
-                                             "(noisy output-gradient targets: NO formal guarantee for the student)"),
+                                             "(noisy targets from output gradients: NO formal guarantee for the student)"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget; the noise is calibrated to it unless --sigma"),
     delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (std / max-grad-norm); dpdfd-direct: "
-                                                     "noise std / beta. Default: calibrated to --epsilon"),
+    sigma: Optional[float] = typer.Option(None, help="dpsgd: noise multiplier (noise std over the clipping "
+                                                     "norm); dpdfd-direct: noise std over beta. Default: "
+                                                     "calibrated to --epsilon"),
     max_grad_norm: Optional[float] = typer.Option(None, help="dpsgd: per-example gradient clipping norm "
                                                              "[default: 1.0; 0.1 for scatter-*]"),
     beta: float = typer.Option(1e-3, help="dpdfd-direct: norm C of each output gradient"),
@@ -382,7 +409,7 @@ def train_private_command(
                                                           "scatter-*, Tramer & Boneh's recipe]"),
     batch_size: Optional[int] = typer.Option(None, min=1, help="expected batch size (Poisson sampling) [default: "
                                                                "256; 8192 for scatter-linear, 4096 for scatter-cnn]"),
-    lr: Optional[float] = typer.Option(None, help="learning rate [default: 1e-3; 8 for scatter-linear, "
+    lr: Optional[float] = typer.Option(None, help="the learning rate [default: 1e-3; 8 for scatter-linear, "
                                                  "4 for scatter-cnn]"),
     optimizer: Optional[str] = typer.Option(None, help="adam or sgd, on the privatised gradient [default: adam; "
                                                        "sgd for scatter-*]"),
@@ -402,14 +429,15 @@ def train_private_command(
                                                     "add-remove (Opacus') or replace-one (as ensembles and "
                                                     "transcriptions; more noise); dpdfd-direct: always replace-one"),
     seed: int = typer.Option(0, help="random seed of the initialisation only: noise and sampling are secret"),
-    reproducible_noise: bool = typer.Option(False, help="debugging only, NO privacy guarantee: draw the noise and "
-                                                        "the Poisson sampling from --seed, so the run repeats"),
+    reproducible_noise: bool = typer.Option(False, show_default=False,
+                                            help="debugging only, NO privacy guarantee: draw the noise and the "
+                                                 "Poisson sampling from --seed, so the run repeats"),
     device: str = DEVICE,
     resume: bool = typer.Option(False, help="continue the interrupted run in --out with its saved settings (other "
                                             "options are then ignored)"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Train the student on the private data directly with DP: the baseline that transcription is compared to."""
+    """Train the student on the private data directly with DP. The baseline transcription is compared to."""
     from dpdistill.pipeline import train_private
     from dpdistill.training.private import PrivateTrainingConfig
 
@@ -419,7 +447,8 @@ def train_private_command(
         optimizer=optimizer, momentum=momentum, seed=seed, device=device,
         student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
         public_size=public_size, relation=relation, reproducible_noise=reproducible_noise)
-    bar, update = _progress_bar(epochs if config is None else config.epochs, f"{method} on {dataset}")
+    settings = _saved_config(out, PrivateTrainingConfig) if resume else config  # what the run completes
+    bar, update = _progress_bar(settings.epochs if settings else None, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update, overwrite)
     print_summary(report, out)
@@ -432,8 +461,8 @@ def pretrain_command(
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
                                                     "split, whose first --public-size images are public)"),
-    public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="public images to pretrain on (as `pate "
-                                                                   "--public-size`)"),
+    public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="how many public images to pretrain on (as "
+                                                                   "`pate --public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
     steps: int = typer.Option(600, min=1, help="optimizer steps"),
     batch_size: int = typer.Option(256, min=2, help="images a step (two views of each)"),
@@ -443,7 +472,7 @@ def pretrain_command(
     device: str = DEVICE,
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Contrastive pretraining on public, unlabelled images: a starting point for teachers and PATE students."""
+    """Contrastive pretraining on public, unlabelled images. A starting point for teachers and PATE students."""
     from dpdistill.pipeline import pretrain
     from dpdistill.training.self_supervised import ContrastiveConfig
 
@@ -459,7 +488,7 @@ def pretrain_command(
 @app.command("pate")
 @clear_errors
 def pate_command(
-    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (train-teacher --partitions M)"),
+    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (made by train-teacher --partitions M)"),
     out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, report.json and "
                                        "report.md"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget; the vote noise is calibrated to it unless "
@@ -504,7 +533,7 @@ def pate_command(
                                             "its saved settings (other options are then ignored)"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """PATE baseline: a teacher ensemble labels public images through noisy votes; a student learns from them."""
+    """PATE: an ensemble labels public images by noisy votes. A student learns from the answers."""
     from dpdistill.methods.pate import PateConfig
     from dpdistill.pipeline import interrupted_pate, pate
 

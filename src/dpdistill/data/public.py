@@ -42,6 +42,7 @@ class PublicSplit:
     y_eval: Tensor
     description: str
     source: PoolSource
+    measured_on: str  # which labelled images: what a report says accuracy is measured on
     pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
 
 
@@ -58,7 +59,8 @@ def public_split(evaluation: ImageDataset, public: str | None, size: int) -> Pub
         return PublicSplit(evaluation.x_test[:size], evaluation.x_test[size:], evaluation.y_test[size:],
                            f"the first {size} test images of {evaluation.name} (unlabelled); accuracy on the other "
                            f"{len(evaluation.y_test) - size}", PoolSource(evaluation.name, "test", size),
-                           evaluation.y_test[:size])
+                           f"the last {len(evaluation.y_test) - size} test images of {evaluation.name}, outside the "
+                           f"public pool (its first {size} test images)", evaluation.y_test[:size])
     source = load_dataset(public)
     if source.input_shape != evaluation.input_shape:
         raise DatasetError(f"public data set {public!r} has inputs {source.input_shape}, the teachers "
@@ -68,4 +70,11 @@ def public_split(evaluation: ImageDataset, public: str | None, size: int) -> Pub
     return PublicSplit(source.x_train[:size], evaluation.x_test, evaluation.y_test,
                        f"the first {size} training images of {source.name} (unlabelled); accuracy on the "
                        f"{len(evaluation.y_test)} test images of {evaluation.name}",
-                       PoolSource(source.name, "train", size))
+                       PoolSource(source.name, "train", size),
+                       f"{whole_test_split(evaluation)}; the public pool is {source.name}'s first {size} training "
+                       f"images")
+
+
+def whole_test_split(dataset: ImageDataset) -> str:
+    """Where accuracy is measured when no public pool takes test images: every one of them."""
+    return f"the whole test split of {dataset.name} ({len(dataset.y_test)} images)"

@@ -118,11 +118,18 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
             f"released.")
 
 
+def is_covered(privacy: dict[str, Any]) -> bool:
+    """Whether a report's epsilon covers its release: there was noise, and nothing voided the guarantee
+    (reproducible noise, a simulated split, a generator or a student update that read private data unprotected)."""
+    return (privacy.get("mode") != "none" and privacy.get("formal_guarantee") is not False
+            and not privacy["covered"].startswith("NO"))
+
+
 def _guarantee(privacy: dict[str, Any], notion: str = "DP") -> str:
     """The headline: (epsilon, delta)-DP, or, where something voids it (reproducible noise, a simulated split, a
     generator that read the teacher), that there is no formal guarantee and what the accounting alone says."""
     figure = f"({_number(privacy['epsilon'])}, {privacy['delta']:g})-{notion}"
-    if privacy.get("formal_guarantee") is False or privacy["covered"].startswith("NO"):
+    if not is_covered(privacy):
         return f"**NO formal guarantee** (the mechanism's accounting alone: {figure})"
     return f"**{figure}**"
 

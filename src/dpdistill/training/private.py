@@ -57,7 +57,7 @@ from torch.utils.data import DataLoader, Sampler, TensorDataset
 from torch.utils.data._utils.collate import default_collate
 
 from dpdistill.data.base import ImageDataset
-from dpdistill.data.public import public_split
+from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import soft_cross_entropy
@@ -369,7 +369,7 @@ class PrivateTrainer:
         torch.manual_seed(config.seed)  # initialisation and other non-private randomness only
         self.noise = noise_source(config.reproducible_noise, config.seed)
         self.x_eval, self.y_eval = dataset.x_test, dataset.y_test
-        self.measured_on = f"the {len(dataset.y_test)} test images of {dataset.name}"
+        self.measured_on = whole_test_split(dataset)
         self.frozen: list[nn.Module] = []  # kept in eval mode while training
         if config.student_init is None:
             student = build_classifier(config.student_arch, dataset.input_shape, dataset.num_classes)
@@ -377,7 +377,7 @@ class PrivateTrainer:
             split = public_split(dataset, config.public, config.public_size)
             student = load_encoder(Path(config.student_init), config.student_arch, dataset.input_shape,
                                    dataset.num_classes, split.description)
-            self.x_eval, self.y_eval, self.measured_on = split.x_eval, split.y_eval, split.description
+            self.x_eval, self.y_eval, self.measured_on = split.x_eval, split.y_eval, split.measured_on
             self.frozen = freeze_batchnorm(student)
         # What does not learn is computed once: a frozen backbone (head-only training), or a fixed transform
         # leading the student (scattering), whose layers after it then train on its outputs.

@@ -201,7 +201,7 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Cal
             record["test_accuracy"] = accuracy(model, dataset.x_test, dataset.y_test, device=device)
         history.append(record)
         if progress:
-            progress(record)
+            progress({**record, "total": epochs})
     report = {"test_accuracy": history[-1]["test_accuracy"], "history": history,
               "wall_seconds": time.perf_counter() - started}
     return model.eval(), report

@@ -1,0 +1,45 @@
+"""Every command's --help reads whole in an 80-column terminal: no line is longer, nothing is cut short with an
+ellipsis, and no word or option name is split across two lines."""
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import typer
+
+from dpdistill.cli.main import app
+
+WIDTH = 80
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """The app itself and every command under it (click commands), with the words that call each."""
+    found = [(path, command)]
+    for name, sub in getattr(command, "commands", {}).items():
+        found += _commands(sub, (*path, name))
+    return found
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(path) or "dpdistill" for path, _ in COMMANDS])
+def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any):
+    # a real terminal's width (CliRunner would force its own)
+    result = subprocess.run([sys.executable, "-m", "dpdistill.cli.main", *path, "--help"], capture_output=True,
+                            text=True, env={**os.environ, "COLUMNS": str(WIDTH)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if len(line) > WIDTH] == []
+    body = [line for line in lines if not line.startswith("Usage:")]  # click's "[ARGS]..." is not a cut
+    assert [line for line in body if "..." in line or "\u2026" in line] == []
+    split = [f"{line.strip()} / {after.strip()}" for line, after in zip(lines, lines[1:])
+             if re.search(r"\w-$", line) and re.match(r"\s*\w", after)]
+    assert split == []  # a word or name broken at its hyphen
+    names = [name for parameter in command.params for name in (*parameter.opts, *parameter.secondary_opts)]
+    names += list(getattr(command, "commands", {}))
+    words = set(re.findall(r"[\w-]+", result.stdout))
+    assert [name for name in names if name not in words] == []  # each option and subcommand named in one piece

@@ -1,0 +1,62 @@
+"""Progress bars count to where the run ends: no position passes the bar's total and the last one reaches it,
+where the run decides the end (a teacher's epochs raised to reach --min-steps) and where a resumed run continues
+with its saved settings rather than the options given."""
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dpdistill.cli.main import app
+from dpdistill.methods.config import build_config
+from dpdistill.pipeline import train_private, transcribe
+from dpdistill.training.private import PrivateTrainingConfig
+
+runner = CliRunner()
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _positions(output: str, description: str) -> list[tuple[int, int]]:
+    """The (position, total) pairs the bar logs when the output is not a terminal."""
+    return [(int(done), int(total)) for done, total in re.findall(rf"^{re.escape(description)} (\d+)/(\d+) ",
+                                                                    output, re.MULTILINE)]
+
+
+def _interrupt_at(position: str, value: int):
+    def progress(record: dict) -> None:
+        if record.get(position) == value:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def test_a_teacher_bar_counts_the_epochs_min_steps_adds(tmp_path: Path):
+    result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, "--epochs", "1", "--batch-size", "64",
+                    "--min-steps", "60")  # 23 steps an epoch: 3 epochs
+    assert result.exit_code == 0, result.output
+    assert _positions(result.output, "teacher on digits") == [(1, 3), (2, 3), (3, 3)]
+
+
+@pytest.mark.slow
+def test_a_resumed_private_training_bar_counts_its_saved_epochs(tmp_path: Path):
+    config = PrivateTrainingConfig(dataset="digits", epsilon=10.0, sigma=1.0, epochs=2, batch_size=64, lr=3e-3)
+    with pytest.raises(KeyboardInterrupt):
+        train_private(config, tmp_path, progress=_interrupt_at("epoch", 1))
+    result = invoke("train-private", "--dataset", "digits", "--out", tmp_path, "--resume")
+    assert result.exit_code == 0, result.output
+    assert _positions(result.output, "dpsgd on digits") == [(2, 2)]
+
+
+@pytest.mark.slow
+def test_a_resumed_transcription_bar_counts_its_saved_iterations(digits_teacher: Path, tmp_path: Path):
+    config = build_config("demo", {"iterations": 4, "batch_size": 8, "eval_every": 2, "checkpoint_every": 2},
+                          {"mode": "data", "epsilon": 5.0})
+    with pytest.raises(KeyboardInterrupt):
+        transcribe(digits_teacher, config, tmp_path, progress=_interrupt_at("iteration", 3))
+    result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--epsilon", "5", "--resume")
+    assert result.exit_code == 0, result.output
+    assert _positions(result.output, "dpsd data") == [(4, 4)]  # not the 200 iterations of the options

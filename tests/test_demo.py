@@ -1,0 +1,47 @@
+"""`dpdistill demo` at its small scale (the embedded digits): the three rows of its table, the DP-SGD student
+covered and ahead of the single-teacher DPSD one, and a second demo into the same --out that starts afresh."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dpdistill.cli.main import app
+from dpdistill.demo import RUNS, SUMMARY, _start_afresh
+from dpdistill.errors import ConfigError
+
+
+@pytest.mark.slow
+def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path / "home"))  # the scattering transform is computed here
+    result = CliRunner().invoke(app, ["demo", "--dataset", "digits", "--out", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "demo" / SUMMARY).read_text())["rows"]
+    assert [row["route"] for row in rows] == ["DP-SGD, scatter-linear", "DPSD, data mode", "teacher, NOT private"]
+    dpsgd, dpsd, teacher = rows
+    assert dpsgd["covered"] and dpsgd["epsilon"] <= 3.0 and dpsgd["paper_epsilon"] is None
+    assert dpsd["covered"] and dpsd["epsilon"] <= 3.0 and dpsd["paper_epsilon"] < dpsd["epsilon"]
+    assert dpsgd["accuracy"] > dpsd["accuracy"] + 0.3  # measured 0.94 against chance
+    assert not teacher["covered"] and teacher["epsilon"] == "inf"
+    printed = " ".join(result.output.split())  # as wrapped to the terminal's width
+    for row in rows:
+        assert (tmp_path / "demo" / row["report"]).exists() and row["report"] in printed
+    assert "Use DP-SGD on scattering features" in printed and "because of the capacity bound" in printed
+
+
+def test_a_second_demo_removes_what_the_first_wrote_and_nothing_else(tmp_path: Path):
+    _start_afresh(tmp_path)
+    for name in RUNS:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text("{}")
+    (tmp_path / "mine").mkdir()
+    _start_afresh(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [SUMMARY, "mine"]
+
+
+def test_the_demo_refuses_to_write_over_folders_it_did_not_write(tmp_path: Path):
+    (tmp_path / "teacher").mkdir()
+    with pytest.raises(ConfigError, match="no earlier demo wrote it"):
+        _start_afresh(tmp_path)
+    assert (tmp_path / "teacher").exists() and not (tmp_path / SUMMARY).exists()
