@@ -124,7 +124,10 @@ def charged_queries(teacher_dir: Path, out_dir: Path) -> int:
     entries = json.loads((teacher_dir / LEDGER_FILE).read_text())["entries"]
     (entry,) = [entry for entry in entries if entry["out_dir"] == str(out_dir.resolve())]
     assert entry["status"] == "spent"
-    return entry["event"].get("count", 0)  # a run that charged nothing records a NoOpDpEvent
+    event = entry["event"]
+    if event["type"] == "ComposedDpEvent":  # the answers, then the reads no mechanism protects
+        event = event["events"][0]
+    return event.get("count", 0)  # a run that charged nothing records a NoOpDpEvent
 
 
 def write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz", side: int = 6) -> None:

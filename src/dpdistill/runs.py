@@ -170,6 +170,6 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
                   "seed": config.seed, "dpdistill_version": __version__}
         outcome.write_files(out_dir, report)
         write_report(out_dir, report, method.markdown(report))
-        write_private_record(out_dir, outcome.private_record)
+        write_private_record(out_dir, outcome.private_record())
         shutil.rmtree(release_state(out_dir), ignore_errors=True)
         return report

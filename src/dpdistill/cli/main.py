@@ -32,7 +32,8 @@ REPRODUCIBLE_NOISE = typer.Option(False, show_default=False,
                                   help="noise from --seed: debugging only, NO privacy guarantee")
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
-OVERWRITE = typer.Option(False, help="replace the run already in --out (its outputs are removed first)")
+OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
+                         help="replace the run already in --out (its outputs are removed first)")
 
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "round", "step")  # where a progress record says how far it is
 
@@ -331,8 +332,9 @@ def evaluate_command(
     dataset: str = typer.Option(..., help="data set whose test split is used"),
     name: Optional[str] = typer.Option(None, help="model file stem (default: the teacher or ensemble, else student)"),
 ) -> None:
-    """Accuracy of a saved model on a real test split (JSON on stdout), and which images: test images the model
-    saw as public images are left out, and said so on stderr."""
+    """Accuracy of a saved model on a real test split. JSON on stdout.
+
+    Test images the model saw as public images are left out, and said so on stderr."""
     from dpdistill.pipeline import evaluate
 
     result = evaluate(model, dataset, name)
@@ -359,10 +361,13 @@ def import_teacher_command(
     normalize: Optional[str] = typer.Option(None, help="MEAN,STD (or all channels' means, then all their stds) "
                                                        "subtracted and divided after --input-range, as in its "
                                                        "training, e.g. 0.1307,0.3081"),
-    overwrite: bool = typer.Option(False, help="replace the teacher in a non-empty --out (its release ledger "
-                                               "stays: releases already made still count)"),
+    overwrite: bool = typer.Option(False, "--overwrite", show_default=False,
+                                   help="replace the teacher in a non-empty --out (its release ledger stays: "
+                                        "releases already made still count)"),
 ) -> None:
-    """Bring in a PyTorch classifier trained outside dpdistill as a teacher (weights from safetensors only)."""
+    """Make a PyTorch classifier trained elsewhere a teacher.
+
+    Its factory file is kept with it; weights come from safetensors only."""
     from dpdistill.models.transform import parse_input_transform
     from dpdistill.pipeline import import_teacher
 
@@ -459,8 +464,8 @@ def train_private_command(
 def pretrain_command(
     dataset: str = typer.Option(..., help="the data set whose public pool is used (as in `dpdistill pate`)"),
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
-    public: Optional[str] = typer.Option(None, help="data set of the public images (default: --dataset's test "
-                                                    "split, whose first --public-size images are public)"),
+    public: Optional[str] = typer.Option(None, help="data set of the public images (default: the test split of "
+                                                    "--dataset: its first --public-size images are public)"),
     public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="how many public images to pretrain on (as "
                                                                    "`pate --public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),

@@ -49,7 +49,9 @@ class Outcome:
     privacy: dict[str, Any]  # the report's `privacy` section, before coverage and ledger are added
     covers: str  # what the guarantee covers when nothing was read without protection
     models: dict[str, tuple[nn.Module, dict[str, Any]]]  # public checkpoints: name -> (model, meta)
-    private_record: dict[str, Any]  # figures computed without noise from private data or the teacher
+    # figures computed without noise from private data or the teacher, read after the release is settled (they
+    # are kept private, so no read of the teacher for them counts as an answer)
+    private_record: Callable[[], dict[str, Any]]
     release: Release | None = None  # what the run released from the teacher, settled in its ledger
     uncovered: list[UncoveredRead] = field(default_factory=list)  # the most sweeping first
     write_files: Callable[[Path, dict[str, Any]], None] = no_files  # further public outputs (samples, answers)

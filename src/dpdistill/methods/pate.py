@@ -424,6 +424,6 @@ class PateJob(Job):
             models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                             self.dataset_name, config.student_init),
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them
-            private_record={"accuracy": {"teacher": teacher_accuracy(self.ensemble, self.meta, self.evaluation,
-                                                                     self.dataset_name, config.device)}},
+            private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
+                self.ensemble, self.meta, self.evaluation, self.dataset_name, config.device)}},
             release=self.planned, write_files=write_files)

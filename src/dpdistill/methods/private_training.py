@@ -79,4 +79,4 @@ class PrivateTrainingJob(Job):
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
             covers=method.covers + (PUBLIC_START if config.student_init else ""), uncovered=reads,
             models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
-            private_record=result.private_figures)
+            private_record=lambda: result.private_figures)

@@ -124,6 +124,6 @@ class TranscriptionJob(Job):
             models={"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                                  self.dataset_name)),
                     "generator": (result.generator, generator_meta)},
-            private_record={"accuracy": {"teacher": teacher_accuracy(self.teacher, self.meta, self.dataset,
-                                                                     self.dataset_name, config.device)}},
+            private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
+                self.teacher, self.meta, self.dataset, self.dataset_name, config.device)}},
             release=Release.of_plan(result.plan, result.answered), write_files=write_files)
