@@ -285,16 +285,17 @@ def _variance_p_value(values: np.ndarray, sigma: float) -> float:
 
 def test_a_vote_margin_keeps_only_clear_leads_and_charges_every_answer(digits_ensemble: Path):
     """Four members; noise of std 0.05 cannot move a count by half a vote, so a margin of 30 sigmas (1.5 votes)
-    keeps exactly the answers whose true leader is ahead by two votes or more."""
+    keeps exactly the answers whose true leader is ahead by two votes or more. 350 queries: members trained on
+    random partitions disagree on some of them, so both kinds occur."""
     ensemble, _ = load_teacher(digits_ensemble)
-    pool = load_dataset("digits").x_test[:200]
-    config = PateConfig(queries=150, public_size=200, vote_margin=30.0, **LOUD)
+    pool = load_dataset("digits").x_test[:350]
+    config = PateConfig(queries=350, public_size=350, vote_margin=30.0, **LOUD)
     plan = plan_privacy(config.privacy_request(len(ensemble), 10), 10, config.queries, 1)
     answers = release_answers(ensemble, pool, plan, config, 10)
     votes = vote_counts(ensemble, pool[answers.indices], 10, torch.device("cpu")).topk(2, dim=1).values
     clear = votes[:, 0] - votes[:, 1] >= 2
-    assert torch.equal(answers.confident, clear) and 0 < clear.sum() < 150
-    assert len(answers.labels) == 150  # every asked image was answered, and charged, kept or not
+    assert torch.equal(answers.confident, clear) and 0 < clear.sum() < 350
+    assert len(answers.labels) == 350  # every asked image was answered, and charged, kept or not
 
 
 def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_charged(digits_ensemble: Path,
