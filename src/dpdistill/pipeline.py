@@ -10,7 +10,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor
@@ -55,12 +55,14 @@ def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progr
                   overwrite: bool = False) -> dict:
     """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
     with exclusive(out_dir):
-        claim_out_dir(out_dir, False, overwrite, False, "teacher training")
-        return _train_teacher(dataset_name, out_dir, config, progress)
+        clear_previous = claim_out_dir(out_dir, False, overwrite, False, "teacher training")
+        return _train_teacher(dataset_name, out_dir, config, progress, clear_previous)
 
 
-def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None) -> dict:
+def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None,
+                   clear_previous: Callable[[], None]) -> dict:
     dataset = load_dataset(dataset_name)
+    clear_previous()
     model, training = train_classifier(dataset, config, progress)
     save_model(out_dir, model, classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
                                                config.init))
@@ -79,16 +81,17 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     that `train-teacher --init`, `pate --student-init` and `train-private --student-init` start from, and
     report.json."""
     with exclusive(out_dir):
-        claim_out_dir(out_dir, False, overwrite, False, "pretraining")
-        return _pretrain(dataset_name, public, public_size, config, out_dir, progress)
+        clear_previous = claim_out_dir(out_dir, False, overwrite, False, "pretraining")
+        return _pretrain(dataset_name, public, public_size, config, out_dir, progress, clear_previous)
 
 
 def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "ContrastiveConfig", out_dir: Path,
-              progress: Progress | None) -> dict:
+              progress: Progress | None, clear_previous: Callable[[], None]) -> dict:
     from dpdistill.training.self_supervised import pretrain_contrastive
 
     evaluation = load_dataset(dataset_name)
     split = public_split(evaluation, public, public_size)
+    clear_previous()
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
     meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
             "kind": "encoder", "pretrained_on": split.description, PUBLIC_POOL: dataclasses.asdict(split.source)}
@@ -114,12 +117,15 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
     Members are kept as they finish (hundreds of them take hours): with `resume`, an interrupted run continues
     with its saved settings and partition key after the last finished member."""
     with exclusive(out_dir):
-        claim_out_dir(out_dir, resume, overwrite, interrupted_ensemble(out_dir) is not None, "ensemble training")
-        return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume)
+        clear_previous = claim_out_dir(out_dir, resume, overwrite, interrupted_ensemble(out_dir) is not None,
+                                       "ensemble training")
+        return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume,
+                                       clear_previous)
 
 
 def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
-                            alpha: float | None, progress: Progress | None, resume: bool) -> dict:
+                            alpha: float | None, progress: Progress | None, resume: bool,
+                            clear_previous: Callable[[], None]) -> dict:
     state = out_dir / ENSEMBLE_STATE
     plan_path = state / ENSEMBLE_PLAN
     plan = interrupted_ensemble(out_dir)
@@ -127,6 +133,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
+    clear_previous()
     if alpha is None:
         key = read_partition_key(out_dir) if resume else new_partition_key()
         parts = partition_indices(dataset.ids_train, partitions, key)

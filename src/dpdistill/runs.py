@@ -89,17 +89,23 @@ def refuse_finished_resume(out_dir: Path, resumable: bool) -> None:
                           f"--resume and pass --overwrite)")
 
 
-def claim_out_dir(out_dir: Path, resume: bool, overwrite: bool, resumable: bool, what: str) -> None:
+def keep_previous() -> None:
+    """Nothing of an earlier run to remove: a fresh folder, or a run that continues."""
+
+
+def claim_out_dir(out_dir: Path, resume: bool, overwrite: bool, resumable: bool, what: str) -> Callable[[], None]:
     """Decide, under the lock, what a run may do with `out_dir`: continue an unfinished run (`resume`), replace the
-    previous run's outputs (`overwrite`), or start in an empty folder. Anything else is refused before any work."""
+    previous run's outputs (`overwrite`), or start in an empty folder. Anything else is refused before any work.
+    Returns what clears the previous run's outputs: the caller calls it once its own checks have passed, just before
+    its first write, so that a refused run (a bad data set, an overspending plan) loses nothing."""
     if resume:
         refuse_finished_resume(out_dir, resumable)
         if not resumable:
             raise ConfigError(f"nothing to resume in {out_dir}: no interrupted {what} there (start one without --resume)")
-        return
+        return keep_previous
     occupied = sorted(entry.name for entry in out_dir.iterdir() if entry.name != RUN_LOCK) if out_dir.exists() else []
     if not occupied:
-        return
+        return keep_previous
     if not overwrite:
         if resumable:
             raise ConfigError(f"{out_dir} holds an unfinished run: pass --resume to continue it, --overwrite to start "
@@ -107,13 +113,13 @@ def claim_out_dir(out_dir: Path, resume: bool, overwrite: bool, resumable: bool,
         held = "a finished run" if (out_dir / REPORT_FILE).exists() else f"{len(occupied)} file(s)"
         raise ConfigError(f"--out {out_dir} is not empty (it holds {held}): pass --overwrite to replace it, or choose "
                           f"another --out")
-    remove_run_outputs(out_dir, occupied)
+    check_removable(out_dir, occupied)
+    return lambda: remove_run_outputs(out_dir, occupied)
 
 
-def remove_run_outputs(out_dir: Path, names: list[str]) -> None:
-    """Remove what an earlier run wrote into `out_dir` so that none of it survives mixed with the new run's outputs;
-    refuse, deleting nothing, when the folder holds anything a dpdistill run does not write, or a teacher's release
-    ledger (the only record of what its releases spent)."""
+def check_removable(out_dir: Path, names: list[str]) -> None:
+    """Refuse to replace a folder that holds anything a dpdistill run does not write, or a teacher's release ledger
+    (the only record of what its releases spent)."""
     if LEDGER_FILE in names or LOCK_FILE in names:
         raise ConfigError(f"--out {out_dir} holds the release ledger of the teacher there ({LEDGER_FILE}): it is the "
                           f"only record of what its releases spent, so --overwrite will not replace that teacher; "
@@ -123,6 +129,11 @@ def remove_run_outputs(out_dir: Path, names: list[str]) -> None:
         raise ConfigError(f"--out {out_dir} holds files a dpdistill run does not write ({', '.join(foreign[:5])}"
                           f"{', ...' if len(foreign) > 5 else ''}): --overwrite removes only a run's outputs; choose "
                           f"another --out")
+
+
+def remove_run_outputs(out_dir: Path, names: list[str]) -> None:
+    """Remove what an earlier run wrote into `out_dir` (checked by `check_removable`), so that none of it survives
+    mixed with the new run's outputs."""
     for name in names:
         path = out_dir / name
         if path.is_dir() and not path.is_symlink():
@@ -150,7 +161,7 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         raise ConfigError(f"--out {out_dir} is the teacher's own directory: choose another --out")
     with exclusive(out_dir):
         saved = method.interrupted(out_dir)
-        claim_out_dir(out_dir, resume, overwrite, saved is not None, f"{method.name} run")
+        clear_previous = claim_out_dir(out_dir, resume, overwrite, saved is not None, f"{method.name} run")
         if resume:
             source, config = saved[0] or source, saved[1]
         job = method.plan(source, config, out_dir, progress)  # refuses a bad or overspending plan before any write
@@ -158,6 +169,7 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         ledger = None if job.ledger_dir is None else ReleaseLedger(job.ledger_dir)
         if ledger is not None:
             ledger.reserve(out_dir, method.name, job.planned.with_reads(job.uncovered), resume)
+        clear_previous()
         write_config(out_dir, method.config_record(source, config))
         outcome = job.run(resume)
         privacy = {**outcome.privacy, **coverage(outcome.covers, outcome.uncovered)}

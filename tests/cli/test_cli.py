@@ -316,6 +316,21 @@ def test_a_non_empty_out_is_refused_unless_overwrite_and_overwrite_removes_only_
     assert (out / "ledger.json").exists()
 
 
+def test_a_refused_overwrite_loses_nothing_of_the_previous_run(digits_teacher: Path, tmp_path: Path):
+    """--overwrite clears the old outputs only once the new run's checks pass: a data set that does not exist, or a
+    budget the plan cannot fit, leaves the earlier run as it was."""
+    out = tmp_path / "run"
+    assert _transcribe(digits_teacher, out, "--epsilon", "5", "--preset", "demo").exit_code == 0
+    before = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    assert "no-such-data" in _one_error(_transcribe(digits_teacher, out, "--epsilon", "5", "--preset", "demo",
+                                                    "--dataset", "no-such-data", "--overwrite"))
+    assert "budget" in _one_error(_transcribe(digits_teacher, out, "--epsilon", "1", "--sigma", "1", "--iterations",
+                                              "500", "--overwrite"))
+    teacher = ("train-teacher", "--dataset", "no-such-data", "--out", out, "--overwrite")
+    assert "no-such-data" in _one_error(invoke(*teacher))
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
+
+
 def test_overwrite_leaves_nothing_of_the_previous_run(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path):
     out = tmp_path / "run"
     assert _transcribe(digits_teacher, out, "--epsilon", "5", "--preset", "demo").exit_code == 0
