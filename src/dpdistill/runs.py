@@ -172,10 +172,10 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         clear_previous()
         write_config(out_dir, method.config_record(source, config))
         outcome = job.run(resume)
-        privacy = {**outcome.privacy, **coverage(outcome.covers, outcome.uncovered)}
+        privacy = {**outcome.privacy, **coverage(outcome.covers, job.uncovered)}
         if ledger is not None:
             privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name,
-                                                              outcome.release.with_reads(outcome.uncovered)))
+                                                              outcome.release.with_reads(job.uncovered)))
         for name, (model, meta) in outcome.models.items():
             save_model(out_dir, model, meta, name=name)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),

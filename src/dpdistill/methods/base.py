@@ -9,7 +9,7 @@ without protection. Locking, resuming, the ledger, saving and reporting are the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
@@ -53,7 +53,6 @@ class Outcome:
     # are kept private, so no read of the teacher for them counts as an answer)
     private_record: Callable[[], dict[str, Any]]
     release: Release | None = None  # what the run released from the teacher, settled in its ledger
-    uncovered: list[UncoveredRead] = field(default_factory=list)  # the most sweeping first
     write_files: Callable[[Path, dict[str, Any]], None] = no_files  # further public outputs (samples, answers)
 
 

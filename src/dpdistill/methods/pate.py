@@ -420,7 +420,7 @@ class PateJob(Job):
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
 
         return Outcome(
-            report=report, privacy={**privacy, **self.partition}, covers=COVERS, uncovered=self.uncovered,
+            report=report, privacy={**privacy, **self.partition}, covers=COVERS,
             models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                             self.dataset_name, config.student_init),
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them

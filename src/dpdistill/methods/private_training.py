@@ -58,13 +58,12 @@ class PrivateTrainingJob(Job):
         self.planning_seconds = time.perf_counter() - started
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)
+        self.uncovered = reproducible_noise_read(config.reproducible_noise) + (
+            [] if method.student_read is None else [method.student_read])
 
     def run(self, resume: bool) -> Outcome:
         config, dataset, method = self.config, self.dataset, self.method
         result = self.trainer.run(resume)
-        reads = reproducible_noise_read(config.reproducible_noise)
-        if method.student_read is not None:
-            reads.append(method.student_read)
         meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset,
                                config.student_init)
         report = {"dataset": config.dataset,
@@ -77,6 +76,6 @@ class PrivateTrainingJob(Job):
                             for fix in result.fixes]}
         return Outcome(
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
-            covers=method.covers + (PUBLIC_START if config.student_init else ""), uncovered=reads,
+            covers=method.covers + (PUBLIC_START if config.student_init else ""),
             models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
             private_record=lambda: result.private_figures)

@@ -120,7 +120,7 @@ class TranscriptionJob(Job):
             save_training_curve(result.history, out_dir / "training.png")
 
         return Outcome(
-            report=report, privacy=privacy, covers=COVERS, uncovered=self.uncovered,
+            report=report, privacy=privacy, covers=COVERS,
             models={"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                                  self.dataset_name)),
                     "generator": (result.generator, generator_meta)},
