@@ -20,7 +20,7 @@ from torch import nn
 from dpdistill import pipeline
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
-from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier
+from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier, load_conditional_generator
 from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
 from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
@@ -142,6 +142,27 @@ def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwr
     config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
     report = pipeline.train_private(config, out, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
+
+
+@dataclass(frozen=True)
+class SyntheticResult(StudentResult):
+    """A private generator (`generator(latents, classes)`, latents uniform in [-1, 1]), the classifier trained on
+    its synthetic set (`student`), and the synthetic set itself: `out / "synthetic.npz"` (arrays x, y)."""
+
+    generator: nn.Module
+
+
+def synthesize(dataset: str, out: str | Path, *, epsilon: float | None = None, preset: str | None = None,
+               resume: bool = False, overwrite: bool = False, progress: Progress | None = None,
+               **options: Any) -> SyntheticResult:
+    """`dpdistill synthesize --method datalens`: `options` are DataLensConfig's fields (teachers, top_k, sigma,
+    steps, ...), over the `preset`'s; with `resume`, the run's saved settings instead."""
+    from dpdistill.methods.datalens import build_datalens_config
+
+    out = Path(out)
+    config = None if resume else build_datalens_config(preset, {"dataset": dataset, "epsilon": epsilon, **options})
+    report = pipeline.synthesize(config, out, resume, progress, overwrite)
+    return SyntheticResult(out, report, load_model(out, STUDENT), load_conditional_generator(out)[0])
 
 
 def evaluate(model: str | Path, dataset: str, *, name: str | None = None) -> Result:

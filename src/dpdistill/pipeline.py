@@ -291,6 +291,15 @@ def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume:
     return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
+def synthesize(config: "DataLensConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,
+               overwrite: bool = False) -> dict[str, Any]:
+    """A private generator and its labelled synthetic set (DataLens, methods/datalens.py). With `resume`, the run
+    saved in `out_dir` continues from its last checkpoint with its saved settings."""
+    from dpdistill.methods.registry import method_named
+
+    return execute(method_named("datalens"), Source(), config, out_dir, resume, overwrite, progress)
+
+
 def _saved_method(out_dir: Path, resume: bool, given: str) -> str:
     """A resumed run continues with the method it started with, whatever the call names."""
     saved = saved_config(out_dir) if resume and out_dir.is_dir() else None

@@ -184,17 +184,19 @@ PRESETS = {"paper": paper_preset, "demo": demo_preset, "engine": engine_preset, 
 DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named, per privacy mode
 
 
-def parse_assignments(assignments: list[str]) -> dict[str, Any]:
-    """`KEY=VALUE` options (the CLI's `--set`) as typed config overrides: every knob, without a flag for each."""
-    fields = {f.name: f for f in dataclasses.fields(TranscriptionConfig) if f.name != "privacy"}
-    defaults = TranscriptionConfig()
+def parse_assignments(assignments: list[str], kind: type = TranscriptionConfig) -> dict[str, Any]:
+    """`KEY=VALUE` options (the CLI's `--set`) as typed overrides of the config class `kind`: every knob, without a
+    flag for each. A value is parsed as its field's default is typed."""
+    fields = {f.name: f for f in dataclasses.fields(kind) if f.name != "privacy"}
     values: dict[str, Any] = {}
     for assignment in assignments:
         key, separator, text = assignment.partition("=")
         key = key.strip().replace("-", "_")
         if not separator or key not in fields:
             raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        values[key] = _parse_value(key, text.strip(), getattr(defaults, key))
+        field = fields[key]
+        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        values[key] = _parse_value(key, text.strip(), default)
     return values
 
 
@@ -206,6 +208,8 @@ def _parse_value(key: str, text: str, default: Any) -> Any:
             return text.lower() in ("true", "1", "yes")
         if isinstance(default, tuple):
             return tuple(int(part) for part in text.split(","))
+        if default is None or default is dataclasses.MISSING:  # an optional number
+            return float(text) if any(mark in text.lower() for mark in ".e") else int(text)
         return type(default)(text)
     except ValueError:
         raise ConfigError(f"{key} expects a value like {default!r}, got {text!r}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method
+from dpdistill.methods.datalens import DataLens
 from dpdistill.methods.dpdfd import DPDFD
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.dpsd import DPSD
@@ -14,7 +15,7 @@ from dpdistill.methods.srr import SRR
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect())}
+                                                                  DPDFDDirect(), DataLens())}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:

@@ -187,3 +187,12 @@ def load_generator(directory: Path, name: str = "generator") -> tuple[Generator,
     """A saved generator in eval mode, with its description."""
     return load_module(directory, name, "generator", lambda meta: build_generator(
         meta["latent_dim"], tuple(meta["out_shape"]), tuple(meta["width"])))
+
+
+def load_conditional_generator(directory: Path, name: str = "generator") -> tuple[nn.Module, dict[str, Any]]:
+    """A saved class-conditional generator (`dpdistill synthesize`) in eval mode, with its description:
+    generator(latents uniform in [-1, 1], class indices) -> images in [-1, 1]."""
+    from dpdistill.models.datalens import ConditionalGenerator
+
+    return load_module(directory, name, "conditional-generator", lambda meta: ConditionalGenerator(
+        meta["latent_dim"], meta["num_classes"], tuple(meta["out_shape"]), meta["hidden"], meta["width"]))

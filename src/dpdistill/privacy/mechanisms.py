@@ -57,6 +57,37 @@ def bounded_output_gradient(
     raise PrivacyParameterError(f"unknown gradient operation {operation!r}: choose normalize or clip")
 
 
+def top_k_stochastic_signs(gradients: Tensor, k: int, clip: float, generator: torch.Generator | None = None) -> Tensor:
+    """DataLens' TopkStoSignGrad on each row (a teacher's gradient for one sample): the k largest-magnitude entries,
+    clipped to [-clip, clip] and divided by the largest of them, become +1 with probability (1 + g) / 2 and -1
+    otherwise (an unbiased sign); every other entry is 0.
+
+    Whatever the gradients and the coin flips, a row has exactly k entries of magnitude 1 (L2 norm sqrt(k)), so
+    two teachers' rows differ by at most 2 sqrt(k): the sensitivity TopAgg's Gaussian noise is calibrated to does
+    not rest on the flips, which therefore need not be secret (`generator` may be seeded).
+    """
+    if clip <= 0:
+        raise PrivacyParameterError(f"the gradient clipping bound must be positive, got {clip}")
+    if not 1 <= k <= gradients.shape[-1]:
+        raise PrivacyParameterError(f"top-k must be in [1, {gradients.shape[-1]}], got {k}")
+    kept, indices = gradients.abs().topk(k, dim=-1, sorted=False)  # unsorted: twice as fast
+    values = gradients.gather(-1, indices).clamp(-clip, clip)
+    scale = kept.amax(-1, keepdim=True).clamp(max=clip).clamp(min=torch.finfo(gradients.dtype).tiny)
+    up = torch.rand(values.shape, generator=generator, device=values.device) < (1 + values / scale) / 2
+    signs = up.to(gradients.dtype) * 2 - 1
+    return torch.zeros_like(gradients).scatter_(-1, indices, signs)
+
+
+def thresholded_noisy_votes(votes: Tensor, sigma: float, threshold: float, noise: NoiseSource) -> Tensor:
+    """TopAgg's release: the teachers' summed sign votes plus N(0, sigma^2) on each coordinate (the Gaussian
+    mechanism; one teacher's votes move the sum by at most 2 sqrt(k)), then, as post-processing, +1 where the noisy
+    sum reaches `threshold`, -1 where it reaches -`threshold`, 0 elsewhere."""
+    if not sigma > 0 or not math.isfinite(sigma):
+        raise PrivacyParameterError(f"the vote noise sigma must be positive and finite, got {sigma}")
+    noisy = votes + noise.normal(votes.shape, sigma, votes.device)
+    return (noisy >= threshold).to(votes.dtype) - (noisy <= -threshold).to(votes.dtype)
+
+
 def randomized_response_probabilities(epsilon0: float, num_candidates: int | Tensor) -> tuple[float | Tensor, float | Tensor]:
     """(probability of the true answer, probability of each other candidate) of k-ary randomized response,
     e^eps0 / (e^eps0 + k - 1) and 1 / (e^eps0 + k - 1), for one k or a tensor of them. Computed with e^-eps0,

@@ -256,6 +256,40 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def datalens_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a private generator (`dpdistill synthesize`)."""
+    privacy, timing, synthetic = report["privacy"], report["timing"], report["synthetic"]
+    statement = (f"{_guarantee(privacy)} with respect to {privacy['unit']}: {privacy['queries']} generated samples, "
+                 f"each answered by {privacy['teachers']} teacher discriminators through TopAgg, composed with "
+                 f"{privacy['accountant']}. Covered: {privacy['covered']}. The teachers never leave `private/`.")
+    lines = [f"# dpdistill report: {report['method']} on {report['dataset']}", "", statement, "",
+             "| quantity | value |", "| --- | --- |",
+             f"| classifier trained on the synthetic set only, final model ({report['measured_on']}) | "
+             f"{_percent(report['accuracy']['student'])} |",
+             f"| epsilon (sound) | {_number(privacy['epsilon'])} |",
+             f"| epsilon (RDP, the official code's bound 2 k lambda / sigma^2 a query) | {_number(privacy['epsilon_rdp'])} |",
+             f"| delta | {privacy['delta']:g} |",
+             f"| teachers N, top-k, vote threshold | {privacy['teachers']}, {privacy['top_k']}, "
+             f"{_number(privacy['threshold_votes'])} |",
+             f"| sigma (noise std on each summed vote), noise multiplier | {_number(privacy['sigma'])}, "
+             f"{_number(privacy['noise_multiplier'])} |",
+             f"| generator steps, samples asked | {privacy['steps']}, {privacy['queries']} |",
+             f"| synthetic images ({synthetic['file']}) | {synthetic['images']} |",
+             f"| wall time: generator, student | {timing['generator_seconds']:.1f} s, {timing['student_seconds']:.1f} s |",
+             f"| generator steps per second | {_number(timing['steps_per_second'])} |",
+             "", "## Synthetic samples (ten per class, titled with the class they were generated for)", "",
+             "![synthetic samples](samples.png)", "",
+             "## Generator training", "", "| step | share of coordinates kept | teacher loss |", "| --- | --- | --- |"]
+    lines += [f"| {r['step']} | {_number(r['kept_share'])} | {_number(r['discriminator_loss'])} |"
+              for r in report["history"]]
+    lines += ["", "## Classifier on the synthetic set", "", "| epoch | real test accuracy |", "| --- | --- |"]
+    lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} |" for r in report["student_history"]]
+    lines += ["", "## Configuration", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+              f"Seed {report['seed']} (initialisation, latents, classes, quantisation coins). Noise: "
+              f"{privacy['noise']}. Every figure above is also in `report.json`."]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
     """report.json and report.md in `out_dir`, each written atomically."""
     write_json(out_dir / "report.json", report)

@@ -1,0 +1,175 @@
+"""DataLens (Wang et al., CCS 2021; seed 003) as a method, `dpdistill synthesize --method datalens`: a private
+class-conditional generator, its labelled synthetic set, and the standard evaluation of private synthetic data.
+
+1. Split: the private training set into N disjoint keyed partitions, one per teacher discriminator.
+2. Teachers: each takes GAN steps on its own partition (real) against the generator's samples (fake).
+3. Ask: the generator makes a batch of samples of random classes; every teacher computes the gradient of the
+   generator's loss with respect to each sample's pixels.
+4. Release (TopAgg): each teacher's gradient -> top-k stochastic signs; summed over teachers, plus Gaussian noise,
+   thresholded at beta x N. One example changes one teacher's signs (L2 sensitivity 2 sqrt(k)): each sample is a
+   Gaussian query, and all compose (dp-accounting).
+5. Learn: the generator fits its samples moved along the released direction (post-processing).
+6. Evaluate: a classifier trained only on the synthetic set, tested on the real test split (final model).
+Training is training/datalens.py.
+
+Presets: `paper` is the official code's Fashion-MNIST / MNIST command (4,000 teachers of 15 images, k 200 and
+sigma 5000 at epsilon <= 1, k 350 and sigma 1000 above (800 for MNIST), threshold 0.7, 15 samples a step, as many
+steps as the budget affords).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpdistill import __version__
+from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
+from dpdistill.errors import ConfigError
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.teachers import classifier_meta
+from dpdistill.models.datalens import ConditionalGenerator
+from dpdistill.privacy.ledger import event_to_json, reproducible_noise_read
+from dpdistill.reporting.report import datalens_markdown, save_image_grid
+from dpdistill.runs import release_state, saved_config
+from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens
+from dpdistill.training.state import STATE_SKELETON
+from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+SYNTHETIC_FILE = "synthetic.npz"
+STUDENT_ARCH = "datalens"  # the papers' evaluation classifier
+COVERS = ("the generator, the synthetic set and the student trained on it: all are post-processing of TopAgg's "
+          "noisy votes")
+
+
+def preset_settings(preset: str | None, epsilon: float, dataset: str) -> dict[str, Any]:
+    """The settings a preset fixes (the caller's explicit options override them)."""
+    if preset is None:
+        return {}
+    if preset != "paper":
+        raise ConfigError(f"unknown DataLens preset {preset!r}: choose paper")
+    small_budget = epsilon <= 1
+    return {"teachers": 4000, "top_k": 200 if small_budget else 350,
+            "sigma": 5000.0 if small_budget else (1000.0 if dataset == "fmnist" else 800.0),
+            "threshold": 0.7, "batch_size": 15, "teacher_batch": 15, "teacher_warmup": 10, "discriminator_steps": 2,
+            "step_size": 1e-3, "latent_dim": 64 if dataset == "fmnist" and not small_budget else 50, "steps": None}
+
+
+def build_datalens_config(preset: str | None, values: dict[str, Any]) -> DataLensConfig:
+    """A config from a preset and explicit values (None: not given). Sigma and the number of steps fix each other
+    through the budget: given steps alone, sigma is calibrated to them; otherwise the steps are all that sigma
+    affords."""
+    given = {key: value for key, value in values.items() if value is not None}
+    if "epsilon" not in given or "dataset" not in given:
+        raise ConfigError("DataLens needs --dataset and --epsilon")
+    if "steps" in given and "sigma" not in given:  # the steps asked for fix the noise
+        given["sigma"] = None
+    return DataLensConfig(**{**preset_settings(preset, given["epsilon"], given["dataset"]), **given})
+
+
+class DataLens(Method):
+    name = "datalens"
+    summary = ("DataLens: a generator trained by N teacher discriminators through TopAgg (top-k signs, Gaussian "
+               "votes), and its labelled synthetic set")
+    needs = Needs.PRIVATE_DATA
+    paper = "Wang et al., DataLens (CCS 2021), seed 003"
+    presets = ("paper",)
+    command = "synthesize"
+
+    def plan(self, source: Source, config: DataLensConfig, out_dir: Path, progress: Progress | None) -> "DataLensJob":
+        return DataLensJob(config, out_dir, progress)
+
+    def config_record(self, source: Source, config: DataLensConfig) -> dict[str, Any]:
+        return config.to_dict()
+
+    def interrupted(self, out_dir: Path) -> tuple[None, DataLensConfig] | None:
+        """Resumable after its first checkpoint."""
+        saved = saved_config(out_dir)
+        if saved is None or not (release_state(out_dir) / STATE_SKELETON).exists():
+            return None
+        return None, DataLensConfig.from_dict(saved)
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        return datalens_markdown(report)
+
+
+def generator_meta(generator: ConditionalGenerator, config: DataLensConfig, dataset: ImageDataset) -> dict[str, Any]:
+    return {"kind": "conditional-generator", "latent_dim": config.latent_dim, "num_classes": dataset.num_classes,
+            "out_shape": list(dataset.input_shape), "hidden": config.generator_hidden,
+            "width": config.generator_width, "latent_distribution": "uniform(-1, 1)", "dataset": config.dataset,
+            "normalisation": "[-1, 1]", "dpdistill_version": __version__}
+
+
+def synthesize(generator: ConditionalGenerator, count: int, seed: int, batch: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+    """`count` images, classes in turn (balanced), from latents drawn with `seed`."""
+    latents_from = torch.Generator().manual_seed(seed)
+    labels = torch.arange(count) % generator.num_classes
+    latents = torch.rand(count, generator.latent_dim, generator=latents_from) * 2 - 1
+    device = next(generator.parameters()).device
+    generator.eval()
+    with torch.no_grad():
+        images = torch.cat([generator(latents[start:start + batch].to(device), labels[start:start + batch].to(device))
+                            .cpu() for start in range(0, count, batch)])
+    return images, labels
+
+
+class DataLensJob(Job):
+    """The plan is fixed (and an overspending one refused) before the private data is read for training."""
+
+    def __init__(self, config: DataLensConfig, out_dir: Path, progress: Progress | None) -> None:
+        self.config, self.progress = config, progress
+        self.dataset = load_dataset(config.dataset)
+        pixels = self.dataset.x_train[0].numel()
+        if config.top_k > pixels:
+            raise ConfigError(f"top-k {config.top_k} exceeds the {pixels} pixels of a {config.dataset} image: "
+                              f"lower --top-k")
+        self.plan = plan_datalens(config)
+        self.trainer = DataLensTrainer(config, self.dataset, self.plan, release_state(out_dir), progress)
+        self.uncovered = reproducible_noise_read(config.reproducible_noise)
+
+    def run(self, resume: bool) -> Outcome:
+        config, dataset = self.config, self.dataset
+        result = self.trainer.run(resume)
+        images, labels = synthesize(result.generator, config.synthetic_size, config.seed)
+        started = time.perf_counter()
+        synthetic = dataclasses.replace(dataset, name=f"{config.dataset} (DataLens synthetic)", x_train=images,
+                                        y_train=labels, ids_train=None)
+        student, student_report = train_classifier(synthetic, TeacherConfig(
+            arch=STUDENT_ARCH, epochs=config.student_epochs, batch_size=config.student_batch, lr=config.student_lr,
+            min_steps=0, seed=config.seed, device=config.device))
+        student_seconds = time.perf_counter() - started
+        privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,
+                   "event": event_to_json(self.plan.release_event()),
+                   "teachers": config.teachers, "top_k": config.top_k, "threshold_votes": config.threshold * config.teachers,
+                   "noise": self.trainer.noise.description,
+                   "unit": "one example of the private training set (replace-one; it changes one teacher's partition)"}
+        report = {"dataset": config.dataset,
+                  "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
+                  "accuracy": {"student": student_report["history"][-1]["test_accuracy"]},
+                  "measured_on": f"the whole real test split of {config.dataset} ({len(dataset.y_test)} images)",
+                  "synthetic": {"file": SYNTHETIC_FILE, "images": len(labels),
+                                "per_class": torch.bincount(labels, minlength=dataset.num_classes).tolist()},
+                  "timing": {"wall_seconds": result.wall_seconds + student_seconds,
+                             "generator_seconds": result.wall_seconds, "student_seconds": student_seconds,
+                             "steps_per_second": self.plan.steps / max(result.wall_seconds, 1e-9), **result.timing},
+                  "history": result.history, "student_history": student_report["history"]}
+
+        def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
+            np.savez(out_dir / SYNTHETIC_FILE, x=images.numpy().astype(np.float32), y=labels.numpy().astype(np.int64))
+            per_class = torch.cat([images[labels == label][:10] for label in range(dataset.num_classes)])
+            grid_labels = [label for label in range(dataset.num_classes) for _ in range(min(10, int((labels == label).sum())))]
+            save_image_grid(per_class, out_dir / "samples.png", columns=10, labels=grid_labels)
+
+        return Outcome(
+            report=report, privacy=privacy, covers=COVERS,
+            models={"generator": (result.generator, generator_meta(result.generator, config, dataset)),
+                    "student": (student, classifier_meta(STUDENT_ARCH, dataset.input_shape, dataset.num_classes,
+                                                         config.dataset))},
+            private_record=lambda: {"train_images": len(dataset.y_train),
+                                    "partition_sizes": self.trainer.part_sizes.tolist()},
+            write_files=write_files)

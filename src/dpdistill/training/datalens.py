@@ -1,0 +1,308 @@
+"""DataLens (Wang et al., CCS 2021; seed 003): a generator trained by N teacher discriminators through TopAgg.
+
+The private training set is split into N disjoint keyed partitions (data/partition.py), one per teacher
+discriminator. Each step:
+1. Teachers: each discriminator takes `discriminator_steps` GAN steps on a batch of its own partition (real) and
+   the generator's current samples (fake). They are never released.
+2. Query: the generator makes `batch_size` samples of random classes; every teacher computes the gradient of the
+   generator's loss (non-saturating: softplus(-D(x, y))) with respect to each sample's pixels.
+3. TopAgg (privacy/mechanisms.py): each teacher's gradient -> top-k stochastic signs (k entries of +-1); the votes
+   are summed over teachers, N(0, sigma^2) is added to each coordinate, and the coordinates whose noisy vote
+   reaches `threshold` x N in magnitude keep its sign, the rest 0.
+4. The generator fits its samples moved by `step_size` along the released descent direction (MSE), with Adam.
+
+Privacy: one example changes one partition, hence one teacher's votes, by at most 2 sqrt(k) in L2 for each
+sample; each sample's release is a Gaussian mechanism with noise multiplier sigma / (2 sqrt(k)) (replace-one), and
+the `steps` x `batch_size` releases compose (dp-accounting; the official code's data-independent RDP bound
+2 k lambda / sigma^2 per query is the same). The generator, its samples and the student trained on them are
+post-processing. The teachers, the partition key and the resumable state stay in the private folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import dp_accounting
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dpdistill.data.base import ImageDataset
+from dpdistill.data.partition import new_partition_key, partition_indices
+from dpdistill.errors import BudgetExceededError, ConfigError
+from dpdistill.models.datalens import ConditionalGenerator, DiscriminatorBank
+from dpdistill.privacy.accounting import (GaussianQuery, PrivacyLedger, calibrate, composed_epsilon,
+                                          composed_epsilon_rdp, max_queries)
+from dpdistill.privacy.mechanisms import thresholded_noisy_votes, top_k_stochastic_signs
+from dpdistill.privacy.randomness import NoiseSource, noise_source
+from dpdistill.training.state import load_state, save_state
+
+Progress = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class DataLensConfig:
+    """Every knob of the paper and its official code (flag names in brackets); presets in methods/datalens.py."""
+
+    dataset: str
+    epsilon: float
+    delta: float = 1e-5
+    teachers: int = 1000  # N [teachers_batch x batch_teachers]
+    top_k: int = 200  # k [topk]
+    clip: float = 1e-5  # c: gradients clipped to [-c, c] before the stochastic sign [max_grad]
+    sigma: float | None = 1000.0  # noise std on each summed vote [sigma]; None: calibrated to `steps`
+    threshold: float = 0.7  # beta: a coordinate is kept where |noisy vote| >= beta * N [thresh]
+    step_size: float = 1e-4  # gamma: the generator fits x + gamma * released direction [step_size]
+    steps: int | None = None  # generator steps; None: as many as the budget affords at `sigma`
+    batch_size: int = 30  # samples per step, each one query [batch_size]
+    latent_dim: int = 50  # [z_dim]
+    generator_hidden: int = 1024
+    generator_width: int = 64
+    discriminator_hidden: tuple[int, ...] = (32,)  # MLP teachers: the official conv ones cost 1000x on a CPU
+    discriminator_steps: int = 2  # teacher GAN steps per generator step [d_step]
+    teacher_batch: int = 30  # real images per teacher per teacher step
+    teacher_warmup: int = 100  # teacher steps before the first query, against the untrained generator [pretrain_teacher]
+    generator_lr: float = 1e-3  # Adam [learning_rate]
+    discriminator_lr: float = 1e-3
+    beta1: float = 0.5  # Adam's beta1 [beta1]
+    synthetic_size: int = 60000  # labelled images written to synthetic.npz (classes balanced)
+    student_epochs: int = 10  # the evaluation classifier trained on the synthetic set
+    student_lr: float = 1e-3
+    student_batch: int = 128
+    checkpoint_every: int = 200  # generator steps between resumable checkpoints
+    seed: int = 0  # initialisation, latents, classes, the quantisation's coin flips; never the Gaussian noise
+    reproducible_noise: bool = False  # debugging only: the Gaussian noise from the seed, NO guarantee
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("teachers", "top_k", "batch_size", "latent_dim", "discriminator_steps", "teacher_batch",
+                     "synthetic_size", "student_epochs", "student_batch", "checkpoint_every", "generator_hidden",
+                     "generator_width"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.teachers < 2:
+            raise ConfigError(f"DataLens needs at least 2 teacher discriminators, got {self.teachers}")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        if self.teacher_warmup < 0:
+            raise ConfigError(f"teacher_warmup must be non-negative, got {self.teacher_warmup}")
+        if not 0 < self.threshold:
+            raise ConfigError(f"the vote threshold beta must be positive, got {self.threshold}")
+        for name in ("clip", "step_size", "generator_lr", "discriminator_lr", "student_lr"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.beta1 < 1:
+            raise ConfigError(f"beta1 must be in [0, 1), got {self.beta1}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "discriminator_hidden": list(self.discriminator_hidden)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "DataLensConfig":
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown DataLens setting(s): {', '.join(unknown)}")
+        if "discriminator_hidden" in values:
+            values = {**values, "discriminator_hidden": tuple(int(width) for width in values["discriminator_hidden"])}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class DataLensPlan:
+    """The release fixed before training: each of steps x batch_size samples is one Gaussian query."""
+
+    query: GaussianQuery
+    sigma: float
+    steps: int
+    batch_size: int
+
+    @property
+    def queries(self) -> int:
+        return self.steps * self.batch_size
+
+    def epsilon(self, delta: float) -> float:
+        return composed_epsilon(self.query, self.queries, delta)
+
+    def release_event(self) -> dp_accounting.DpEvent:
+        """Every sample's release, as the dp-accounting event a ledger or a composing route records."""
+        return dp_accounting.SelfComposedDpEvent(self.query.dp_event(), self.queries)
+
+    def summary(self, delta: float) -> dict[str, Any]:
+        epsilon = self.epsilon(delta)
+        return {"mode": "data", "epsilon": epsilon, "delta": delta, "relation": "replace-one",
+                "epsilon_replace_one": epsilon,
+                "epsilon_rdp": composed_epsilon_rdp(self.query, self.queries, delta),
+                "mechanism": "TopAgg: top-k stochastic signs summed over teachers + Gaussian noise, thresholded",
+                "sigma": self.sigma, "noise_multiplier": self.query.noise_multiplier, "queries": self.queries,
+                "steps": self.steps, "accountant": "dp-accounting (analytic Gaussian composition; RDP beside)"}
+
+
+def topagg_query(sigma: float, top_k: int) -> GaussianQuery:
+    """One sample's TopAgg release: votes of L2 sensitivity 2 sqrt(k) (one teacher's k signs flip) plus N(0, sigma^2)."""
+    return GaussianQuery(sigma / (2 * math.sqrt(top_k)))
+
+
+def plan_datalens(config: DataLensConfig) -> DataLensPlan:
+    """Fix sigma and the number of steps within the budget; refuse a plan that would overspend."""
+    if config.sigma is None:
+        if config.steps is None:
+            raise ConfigError("DataLens needs --sigma or --steps (or both): the other is fitted to the budget")
+        sigma = calibrate(lambda s: topagg_query(s, config.top_k), config.steps * config.batch_size,
+                          config.epsilon, config.delta, start=1000.0).noise_multiplier * 2 * math.sqrt(config.top_k)
+        return DataLensPlan(topagg_query(sigma, config.top_k), sigma, config.steps, config.batch_size)
+    query = topagg_query(config.sigma, config.top_k)
+    affordable = max_queries(query, config.epsilon, config.delta) // config.batch_size
+    if affordable < 1:
+        raise BudgetExceededError(f"not one step of {config.batch_size} samples fits epsilon={config.epsilon} at "
+                                  f"sigma={config.sigma}: raise --sigma or lower --batch-size")
+    steps = affordable if config.steps is None else config.steps
+    if steps > affordable:
+        raise BudgetExceededError(f"{steps} steps of {config.batch_size} samples at sigma={config.sigma} would spend "
+                                  f"more than epsilon={config.epsilon} (at most {affordable} steps fit): lower "
+                                  f"--steps, raise --sigma, or leave --steps unset")
+    return DataLensPlan(query, config.sigma, steps, config.batch_size)
+
+
+@dataclass
+class DataLensResult:
+    generator: ConditionalGenerator
+    history: list[dict[str, Any]]
+    wall_seconds: float
+    timing: dict[str, float]
+
+
+class DataLensTrainer:
+    """The teachers and the generator, trained together; resumable from its last checkpoint."""
+
+    def __init__(self, config: DataLensConfig, dataset: ImageDataset, plan: DataLensPlan, state_dir: Path,
+                 progress: Progress | None = None, noise: NoiseSource | None = None) -> None:
+        self.config, self.dataset, self.plan, self.state_dir = config, dataset, plan, state_dir
+        self.progress = progress or (lambda record: None)
+        self.noise = noise or noise_source(config.reproducible_noise, config.seed)
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        self.coins = torch.Generator(device=self.device).manual_seed(config.seed + 1)  # latents, classes, flips
+        channels, height, width = dataset.input_shape
+        self.num_classes = dataset.num_classes
+        self.generator = ConditionalGenerator(config.latent_dim, self.num_classes, dataset.input_shape,
+                                              config.generator_hidden, config.generator_width).to(self.device)
+        self.teachers = DiscriminatorBank(config.teachers, channels * height * width, self.num_classes,
+                                          config.discriminator_hidden).to(self.device)
+        self.generator_optimizer = torch.optim.Adam(self.generator.parameters(), config.generator_lr,
+                                                    betas=(config.beta1, 0.999))
+        self.teacher_optimizer = torch.optim.Adam(self.teachers.parameters(), config.discriminator_lr,
+                                                  betas=(config.beta1, 0.999))
+        self.ledger = PrivacyLedger(plan.query, plan.queries)
+        self.step_index, self.history = 0, []
+        self.partition_key = new_partition_key()
+        self._partitions()
+
+    def _partitions(self) -> None:
+        """Each teacher's images and labels, padded to the largest partition; sizes kept for uniform sampling."""
+        parts = partition_indices(self.dataset.ids_train, self.config.teachers, self.partition_key)
+        sizes = torch.tensor([len(part) for part in parts])
+        padded = torch.stack([part[torch.arange(int(sizes.max())) % len(part)] for part in parts])
+        images = self.dataset.x_train.flatten(1)
+        self.part_images = images[padded].to(self.device)  # (N, largest, D)
+        self.part_labels = self.dataset.y_train[padded].to(self.device)
+        self.part_sizes = sizes.to(self.device)
+
+    def _latents(self, count: int) -> tuple[Tensor, Tensor]:
+        latents = torch.rand(count, self.config.latent_dim, generator=self.coins, device=self.device) * 2 - 1
+        labels = torch.randint(self.num_classes, (count,), generator=self.coins, device=self.device)
+        return latents, labels
+
+    def _teacher_step(self) -> float:
+        """One GAN step of every teacher on its own real batch and the generator's current samples."""
+        config = self.config
+        picks = (torch.rand(config.teachers, config.teacher_batch, generator=self.coins, device=self.device)
+                 * self.part_sizes[:, None]).long()
+        real = torch.gather(self.part_images, 1, picks[:, :, None].expand(-1, -1, self.part_images.shape[-1]))
+        real_labels = torch.gather(self.part_labels, 1, picks)
+        latents, labels = self._latents(config.batch_size)
+        with torch.no_grad():
+            fake = self.generator(latents, labels).flatten(1)
+        fake = fake.unsqueeze(0).expand(config.teachers, -1, -1)
+        # each teacher's own mean loss; summed, so each teacher's gradient is that of its own loss
+        loss = (F.softplus(-self.teachers(real, real_labels)).mean(1)
+                + F.softplus(self.teachers(fake, labels)).mean(1)).sum()
+        self.teacher_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.teacher_optimizer.step()
+        return float(loss.detach()) / config.teachers
+
+    def _generator_step(self) -> dict[str, float]:
+        """One query: the teachers' gradients through TopAgg, then the generator fits the moved samples."""
+        config = self.config
+        latents, labels = self._latents(config.batch_size)
+        self.generator.train()
+        images = self.generator(latents, labels)
+        flat = images.detach().flatten(1)
+        asked = flat.unsqueeze(0).repeat(config.teachers, 1, 1).requires_grad_(True)
+        teacher_loss = F.softplus(-self.teachers(asked, labels)).sum()
+        (gradients,) = torch.autograd.grad(teacher_loss, asked)
+        votes = top_k_stochastic_signs(gradients, config.top_k, config.clip, self.coins).sum(0)
+        self.ledger.charge(config.batch_size)
+        direction = thresholded_noisy_votes(votes, self.plan.sigma, config.threshold * config.teachers, self.noise)
+        target = flat - config.step_size * direction  # descend the teachers' generator loss
+        loss = F.mse_loss(images.flatten(1), target, reduction="sum") / config.batch_size
+        self.generator_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.generator_optimizer.step()
+        return {"kept_share": float(direction.abs().mean()), "teacher_loss": float(teacher_loss.detach()) / votes.numel()}
+
+    def run(self, resume: bool = False) -> DataLensResult:
+        started = time.perf_counter()
+        timing = {"teachers": 0.0, "generator": 0.0}
+        if resume:
+            self._restore()
+        else:
+            for warm in range(self.config.teacher_warmup):
+                self._teacher_step()
+        while self.step_index < self.plan.steps:
+            lap = time.perf_counter()
+            teacher_loss = sum(self._teacher_step() for _ in range(self.config.discriminator_steps))
+            timing["teachers"] += time.perf_counter() - lap
+            lap = time.perf_counter()
+            record = self._generator_step()
+            timing["generator"] += time.perf_counter() - lap
+            self.step_index += 1
+            record = {"step": self.step_index, "discriminator_loss": teacher_loss / self.config.discriminator_steps,
+                      **record}
+            if self.step_index % 50 == 0 or self.step_index == self.plan.steps:
+                self.history.append(record)
+            self.progress({**record, "total": self.plan.steps})
+            if self.step_index % self.config.checkpoint_every == 0 and self.step_index < self.plan.steps:
+                self._checkpoint()
+        self.generator.eval()
+        return DataLensResult(self.generator, self.history, time.perf_counter() - started, timing)
+
+    def _checkpoint(self) -> None:
+        save_state(self.state_dir, {
+            "step": self.step_index, "history": self.history, "answered": self.ledger.answered,
+            "generator": self.generator.state_dict(), "teachers": self.teachers.state_dict(),
+            "generator_optimizer": self.generator_optimizer.state_dict(),
+            "teacher_optimizer": self.teacher_optimizer.state_dict(),
+            "coins": self.coins.get_state(), "torch": torch.get_rng_state(),
+            "partition_key": torch.frombuffer(bytearray(self.partition_key), dtype=torch.uint8),
+            "noise": self.noise.state()})
+
+    def _restore(self) -> None:
+        state = load_state(self.state_dir)
+        self.partition_key = bytes(state["partition_key"].tolist())
+        self._partitions()
+        self.generator.load_state_dict(state["generator"])
+        self.teachers.load_state_dict(state["teachers"])
+        self.generator_optimizer.load_state_dict(state["generator_optimizer"])
+        self.teacher_optimizer.load_state_dict(state["teacher_optimizer"])
+        self.coins.set_state(state["coins"])
+        torch.set_rng_state(state["torch"])
+        self.noise.restore(state["noise"])
+        self.step_index, self.history = int(state["step"]), list(state["history"])
+        self.ledger.answered = int(state["answered"])
