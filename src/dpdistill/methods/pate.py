@@ -61,7 +61,7 @@ ANSWER_TARGETS = ("argmax", "posterior")
 COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
           "public images hold no private example")
 SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic images and the noisy answers "
-                 "(post-processing of both releases, whose composition epsilon is)")
+                 "(post-processing of both releases; epsilon is their composition)")
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_traini
 from dpdistill.runs import saved_config
 
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
-SOURCE_COVERS = ("the student (post-processing of the sample source's release and the noisy answers, whose "
-                 "composition epsilon is)")
+SOURCE_COVERS = ("the student (post-processing of the sample source's release and the noisy answers; epsilon is "
+                 "their composition)")
 NO_PRIVACY = UncoveredRead("the teacher's answers, without noise (privacy mode none)", "nothing")
 GENERATOR_READS_TEACHER = UncoveredRead(
     "the teacher, without noise, by the generator",
