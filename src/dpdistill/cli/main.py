@@ -273,6 +273,9 @@ def print_summary(report: dict, out: Path) -> None:
         table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
         if "relation" in privacy:
             table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
+        if "sample_source" in privacy:  # the epsilon above is their composition
+            table.add_row("epsilon: sample source / answers alone",
+                          f"{privacy['sample_source']['epsilon']:.4g} / {privacy['route_epsilon']:.4g}")
         if "epsilon_opacus" in privacy:
             table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
                           f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
