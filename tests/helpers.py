@@ -1,6 +1,6 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
-convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, and a
-folder of IDX files."""
+convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
+of IDX files, and a sample source as `dpdistill synthesize` writes it."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import pytest
 import scipy.optimize
 import scipy.signal
 import scipy.stats
+import dp_accounting
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
 from dpdistill.data.idx import write_idx
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.accounting import GaussianQuery
-from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
+from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger, event_to_json
 
 
 def exact_gaussian(count: int, epsilon: float, delta: float) -> GaussianQuery:
@@ -74,12 +75,13 @@ def lattice_epsilon(probabilities: np.ndarray, losses: np.ndarray, delta: float)
 
 @dataclass
 class TeacherReads:
-    """Every read of a teacher: the examples of each call, and how many had been read when the run settled its
-    release in the teacher's ledger (reads after that, such as the private record's test accuracy, release
-    nothing)."""
+    """Every read of a teacher: the examples of each call (and their images), and how many had been read when the run
+    settled its release in the teacher's ledger (reads after that, such as the private record's test accuracy,
+    release nothing)."""
 
     calls: list[int] = field(default_factory=list)
     at_settle: int | None = None
+    inputs: list[Tensor] = field(default_factory=list)  # the images of each call
 
     @property
     def examples(self) -> int:
@@ -94,6 +96,7 @@ def count_reads(teacher: nn.Module, reads: TeacherReads) -> nn.Module:
 
     def counted(images: Tensor) -> Any:
         reads.calls.append(len(images))
+        reads.inputs.append(images.detach().cpu())
         return read(images)
 
     object.__setattr__(teacher, name, counted)
@@ -137,3 +140,19 @@ def write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz
     for prefix, n in (("train", 30), (test_prefix, 10)):
         write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, side, side), dtype=np.uint8))
         write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)
+
+
+def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_multiplier: float = 20.0,
+                        delta: float = 1e-6, **privacy: Any) -> Path:
+    """A `dpdistill synthesize --method datalens` output in `directory`: synthetic.npz (`x`, `y`) and report.json
+    whose release is one Gaussian of `noise_multiplier` at its closed-form epsilon; `privacy` overrides its
+    privacy section (None: leave the key out)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    np.savez(directory / "synthetic.npz", x=x, y=y)
+    section = {"epsilon": gdp_epsilon(1 / noise_multiplier, delta), "delta": delta,
+               "event": event_to_json(dp_accounting.GaussianDpEvent(noise_multiplier)),
+               "covered": "the generator and its samples", **privacy}
+    report = {"method": "datalens", "dataset": "digits",
+              "privacy": {key: value for key, value in section.items() if value is not None}}
+    (directory / "report.json").write_text(json.dumps(report))
+    return directory

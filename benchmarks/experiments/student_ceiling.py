@@ -34,7 +34,7 @@ def main(queries: int, teacher_dir: Path, encoder_dir: Path) -> None:
     config = PateConfig(epsilon=10.0, queries=queries, student_arch="cnn", student_training="consistency",
                         batch_size=64, self_training_rounds=0, student_init=str(encoder_dir), seed=0)
     evaluation = load_dataset("fmnist")
-    split = public_split(evaluation, config.public, config.public_size)
+    split = public_split(evaluation, config.public, config.pool_size)
     indices = choose_queries(split.pool, config)
     ensemble, _ = load_teacher(teacher_dir)
     plurality = vote_counts(ensemble, split.pool[indices], evaluation.num_classes, torch.device("cpu"))

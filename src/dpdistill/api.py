@@ -106,13 +106,15 @@ def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public
 def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = None, dataset: str | None = None,
                privacy: str | None = None, epsilon: float | None = None, delta: float | None = None,
                accounting: str | None = None, sigma: float | None = None, beta: float | None = None,
-               epsilon0: float | None = None, resume: bool = False, overwrite: bool = False,
-               progress: Progress | None = None, **options: Any) -> StudentResult:
+               epsilon0: float | None = None, sample_source: str | Path | None = None, resume: bool = False,
+               overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill transcribe`: the privacy arguments as the command's (None: the preset's or the default), and
-    `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...)."""
+    `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...);
+    `sample_source`: a `synthesize` directory whose images are asked about instead of generated ones."""
     from dpdistill.methods.config import build_config
 
     out = Path(out)
+    options["sample_source"] = None if sample_source is None else str(sample_source)
     privacy_options = {"mode": privacy, "epsilon": epsilon, "delta": delta, "accounting": accounting,
                        "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
     config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None})
@@ -120,15 +122,17 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
-def pate(teacher: str | Path, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-         progress: Progress | None = None, **options: Any) -> StudentResult:
+def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | None = None, resume: bool = False,
+         overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill pate`: `options` are PateConfig's fields (epsilon, queries, public_size, student_arch, ...);
-    with `resume`, the run's saved settings instead."""
+    `sample_source`: a `synthesize` directory whose images replace the public pool; with `resume`, the run's saved
+    settings instead."""
     from dpdistill.methods.pate import PateConfig
 
     out = Path(out)
-    report = pipeline.pate(Path(teacher), None if resume else PateConfig(**options), out, resume, progress,
-                          overwrite)
+    config = None if resume else PateConfig(sample_source=None if sample_source is None else str(sample_source),
+                                            **options)
+    report = pipeline.pate(Path(teacher), config, out, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 

@@ -34,6 +34,8 @@ DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
                          help="replace the run already in --out (its outputs are removed first)")
+SAMPLE_SOURCE = typer.Option(None, help="ask about the images of this `dpdistill synthesize` --out; its epsilon "
+                                        "counts in --epsilon")
 
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "round", "step")  # where a progress record says how far it is
 
@@ -228,6 +230,7 @@ def transcribe_command(
     device: Optional[str] = typer.Option(None, help="cpu or cuda"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
     set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
+    sample_source: Optional[Path] = SAMPLE_SOURCE,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Convert a teacher into a private student and generator. Both are differentially private."""
@@ -240,7 +243,8 @@ def transcribe_command(
          "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
          "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
          "class_balanced": class_balanced, "discriminator": discriminator, "gradient_operation": gradient_op,
-         "reproducible_noise": reproducible_noise or None, **parse_assignments(set_)},
+         "reproducible_noise": reproducible_noise or None,
+         "sample_source": None if sample_source is None else str(sample_source), **parse_assignments(set_)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
     )
@@ -269,6 +273,9 @@ def print_summary(report: dict, out: Path) -> None:
         table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
         if "relation" in privacy:
             table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
+        if "sample_source" in privacy:  # the epsilon above is their composition
+            table.add_row("epsilon: sample source / answers alone",
+                          f"{privacy['sample_source']['epsilon']:.4g} / {privacy['route_epsilon']:.4g}")
         if "epsilon_opacus" in privacy:
             table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
                           f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
@@ -504,7 +511,9 @@ def pate_command(
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: the evaluation data "
                                                     "set's test split, whose first --public-size images are then "
                                                     "public and the rest measure accuracy)"),
-    public_size: int = typer.Option(5000, help="public images the student may see, labelled or not"),
+    public_size: Optional[int] = typer.Option(None, help="public images the student may see, labelled or not "
+                                                         "[default: 5000]"),
+    sample_source: Optional[Path] = SAMPLE_SOURCE,
     query_selection: str = typer.Option("random", help="which public images are asked: random, or kmeans (the "
                                                        "typical image of each of --queries k-means clusters)"),
     vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
@@ -548,7 +557,8 @@ def pate_command(
     else:
         config = PateConfig(
             epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
-            public_size=public_size, query_selection=query_selection, vote_margin=vote_margin,
+            public_size=public_size, sample_source=None if sample_source is None else str(sample_source),
+            query_selection=query_selection, vote_margin=vote_margin,
             answer_targets=answer_targets,
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
             student_training=student_training, consistency_steps=consistency_steps,

@@ -67,6 +67,8 @@ class TranscriptionConfig:
     checkpoint_every: int = 20
     seed: int = 0  # initialisation and latent vectors; never the privacy noise, which is secret
     reproducible_noise: bool = False  # debugging only: noise drawn from the seed, so the run has NO guarantee
+    sample_source: str | None = None  # a `dpdistill synthesize` directory: each batch is drawn from its images
+    # instead of generated, and no generator is trained (data/sample_source.py)
     device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +118,14 @@ class TranscriptionConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
         if not 0 <= self.generator_beta1 < 1:
             raise ConfigError(f"generator-beta1 must be in [0, 1), got {self.generator_beta1}")
+        if self.sample_source is not None:
+            shaping = [what for what, used in (("generator pretraining", self.generator_pretrain_steps > 0),
+                                               ("the teacher as discriminator", self.discriminator == "teacher"),
+                                               ("the adversarial term", self.adversarial_weight > 0)) if used]
+            if shaping:
+                raise ConfigError(f"--sample-source replaces the generator, so {self.method} cannot use "
+                                  f"{' or '.join(shaping)} (its settings or preset's): use dpsd or dpdfd with "
+                                  f"the student as discriminator")
         self.privacy.validate(num_classes)
 
     def query_iterations(self, before: int) -> int:
@@ -186,8 +196,8 @@ DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named,
 
 def parse_assignments(assignments: list[str], kind: type = TranscriptionConfig) -> dict[str, Any]:
     """`KEY=VALUE` options (the CLI's `--set`) as typed overrides of the config class `kind`: every knob, without a
-    flag for each. A value is parsed as its field's default is typed."""
-    fields = {f.name: f for f in dataclasses.fields(kind) if f.name != "privacy"}
+    flag for each (a sample source has its own option). A value is parsed as its field's default is typed."""
+    fields = {f.name: f for f in dataclasses.fields(kind) if f.name not in ("privacy", "sample_source")}
     values: dict[str, Any] = {}
     for assignment in assignments:
         key, separator, text = assignment.partition("=")

@@ -8,6 +8,10 @@ and its latent vectors then learn with the (updated) student as discriminator. T
 and with the student as discriminator the generator only ever sees noisy releases, so the released student and
 generator are post-processing of the mechanism's outputs.
 
+With a sample source (`--sample-source`, data/sample_source.py) each batch is drawn from its synthetic images instead
+of generated, and no generator is trained; the noise is calibrated so that the source's release and the answers
+together stay within the budget.
+
 The noise is secret (`privacy/randomness.py`): `--seed` fixes only the initialisation and the latent vectors. Every
 answer is journaled before the student sees it, so a resumed run re-uses released answers instead of asking again.
 """
@@ -30,6 +34,7 @@ from torch import Tensor, nn
 from dpdistill.atomic import write_atomically
 from dpdistill.data.augment import shift_and_flip
 from dpdistill.data.base import ImageDataset
+from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
@@ -105,8 +110,17 @@ class TranscriptionEngine:
         self.test_set = test_set
         self.work_dir = work_dir
         self.progress = progress
+        self.samples = (None if config.sample_source is None
+                        else load_sample_source(Path(config.sample_source), in_shape, num_classes))
+        cost = (None if self.samples is None or config.privacy.mode == "none"
+                else self.samples.cost(config.privacy.epsilon, config.privacy.delta))
         self.plan = plan_privacy(config.privacy, num_classes, config.batch_size,
-                                 config.query_iterations(config.iterations))
+                                 config.query_iterations(config.iterations), cost)
+        # which source images each iteration asks about: uniform, from --seed, the same on a resumed run
+        self.draws = None if self.samples is None else torch.randint(
+            len(self.samples.labels), (config.iterations, config.batch_size),
+            generator=torch.Generator().manual_seed(config.seed))
+        self.trains_generator = config.generator_updates and self.samples is None
 
         torch.manual_seed(config.seed)
         self.student = build_classifier(config.student_arch, in_shape, num_classes).to(self.device)
@@ -161,12 +175,7 @@ class TranscriptionEngine:
         queried = self.iteration % config.query_every == 0
         journaled = self._journaled() if queried else None
         clock = time.perf_counter()
-        self.generator.train()
-        if config.latents == "fresh":
-            with torch.no_grad():
-                self.latents.normal_()
-        with torch.set_grad_enabled(config.generator_updates):
-            images = self.generator(self.latents)
+        images = self._batch()
         detached = images.detach()
         teacher_view = None
         if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
@@ -202,7 +211,7 @@ class TranscriptionEngine:
             student_loss.backward()
             self.student_optimizer.step()
         clock = _lap(timings, "student", clock)
-        if not config.generator_updates:
+        if not self.trains_generator:
             return {"student_loss": student_loss.item(), **answered}
 
         generator_terms = self._generator_terms(images, targets, teacher_view)
@@ -214,6 +223,17 @@ class TranscriptionEngine:
         _lap(timings, "generator", clock)
         return {"student_loss": student_loss.item(), "generator_loss": generator_loss.item(), **answered,
                 **{f"g_{name}": value.item() for name, value in generator_terms.items()}}
+
+    def _batch(self) -> Tensor:
+        """This iteration's samples: drawn from the sample source, or generated from the latent vectors."""
+        if self.draws is not None:
+            return self.samples.images[self.draws[self.iteration]].to(self.device)
+        self.generator.train()
+        if self.config.latents == "fresh":
+            with torch.no_grad():
+                self.latents.normal_()
+        with torch.set_grad_enabled(self.config.generator_updates):
+            return self.generator(self.latents)
 
     def _annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
         """The mechanism's answer, journaled before the student sees it."""

@@ -12,7 +12,9 @@ Knowledge Transfer for Deep Learning from Private Training Data", and 2018, "Sca
    noisy counts (the same release, no further cost), supervised or with consistency training on the whole
    public pool, then (self-training) the public images it labels confidently itself.
 Everything the student learns from is public or a noisy release: it is covered, provided the public images hold
-no private example.
+no private example. With a sample source (data/sample_source.py) its synthetic images replace the public pool, the
+student learns from them, and the vote noise is calibrated so that the source's release and the answers together
+stay within the budget.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ from torch import Tensor
 from dpdistill.atomic import write_atomically
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
+from dpdistill.data.sample_source import load_sample_source
+from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
+from dpdistill.privacy.accounting import Cost
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
@@ -55,6 +60,8 @@ STUDENT_TRAININGS = ("supervised", "consistency")
 ANSWER_TARGETS = ("argmax", "posterior")
 COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
           "public images hold no private example")
+SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic images and the noisy answers "
+                 "(post-processing of both releases; epsilon is their composition)")
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,9 @@ class PateConfig:
     queries: int = 1000  # public images the ensemble labels (each one answer)
     sigma: float | None = None  # std of the Gaussian noise on each vote count; None: calibrated to the budget
     public: str | None = None  # data set of the public images; None: the teacher's own test split (see PublicSplit)
-    public_size: int = 5000  # how many public images the student may see (labelled or not)
+    public_size: int | None = None  # how many public images the student may see (labelled or not); None:
+    # PUBLIC_POOL_SIZE, or with a sample source all its images
+    sample_source: str | None = None  # a `dpdistill synthesize` directory whose images replace the public pool
     query_selection: str = "random"  # which public images are asked: "random", or "kmeans" (the images nearest
     # the centres of `queries` k-means clusters of the pool: typical images, spread over the pool; public, so free)
     vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
@@ -95,12 +104,16 @@ class PateConfig:
     def __post_init__(self) -> None:
         if self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
-        for name in ("queries", "public_size", "epochs", "batch_size"):
+        for name in ("queries", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.queries > self.public_size:
+        if self.sample_source is not None and (self.public is not None or self.public_size is not None):
+            raise ConfigError("--sample-source replaces the public pool: drop --public and --public-size")
+        if self.public_size is not None and self.public_size < 1:
+            raise ConfigError(f"public-size must be at least 1, got {self.public_size}")
+        if self.sample_source is None and self.queries > self.pool_size:
             raise ConfigError(f"{self.queries} queries need at least as many public images; --public-size is "
-                              f"{self.public_size}")
+                              f"{self.pool_size}")
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -119,6 +132,11 @@ class PateConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.student_training == "consistency":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
+
+    @property
+    def pool_size(self) -> int:
+        """The public pool's size, without a sample source."""
+        return PUBLIC_POOL_SIZE if self.public_size is None else self.public_size
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -153,9 +171,10 @@ class PateConfig:
         return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
                               num_candidates=num_classes, teachers=members)
 
-    def privacy_plan(self, members: int, num_classes: int) -> PrivacyPlan:
-        """One answer per query; planned once, before the ensemble's ledger reserves the release."""
-        return plan_privacy(self.privacy_request(members, num_classes), num_classes, self.queries, 1)
+    def privacy_plan(self, members: int, num_classes: int, cost: Cost | None = None) -> PrivacyPlan:
+        """One answer per query; planned once, before the ensemble's ledger reserves the release. `cost`: what the
+        answers spend against the budget (with a sample source, its release composed with them)."""
+        return plan_privacy(self.privacy_request(members, num_classes), num_classes, self.queries, 1, cost)
 
 
 @dataclass(frozen=True)
@@ -374,18 +393,27 @@ class PateJob(Job):
             raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
         self.evaluation = evaluation_set(self.dataset_name, self.in_shape, num_classes)
         self.config, self.teacher_dir, self.state_dir, self.progress = config, teacher_dir, state_dir, progress
-        self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes)
+        self.source = None if config.sample_source is None else load_sample_source(
+            Path(config.sample_source), self.in_shape, num_classes)
+        if self.source is not None and config.queries > len(self.source.labels):
+            raise ConfigError(f"{config.queries} queries need at least as many images; the sample source "
+                              f"{self.source.path} holds {len(self.source.labels)}: lower --queries")
+        cost = None if self.source is None else self.source.cost(config.epsilon, config.delta)
+        self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes, cost)
         self.ledger_dir = teacher_dir
-        self.planned = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
+        self.route = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
+        self.planned = self.route if self.source is None else self.source.composed(self.route)
         self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
-        self.uncovered = (partition_reads(self.partition, self.meta["ensemble"])
+        self.uncovered = ((self.source.uncovered if self.source else [])
+                          + partition_reads(self.partition, self.meta["ensemble"])
                           + reproducible_noise_read(config.reproducible_noise))
 
     def run(self, resume: bool) -> Outcome:
         """Release (or reload) the answers, train the student."""
         config, plan, started = self.config, self.privacy_plan, time.perf_counter()
         num_classes = self.evaluation.num_classes
-        split = public_split(self.evaluation, config.public, config.public_size)
+        split = (self.source.pool(self.evaluation) if self.source is not None
+                 else public_split(self.evaluation, config.public, config.pool_size))
         if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
             load_encoder(Path(config.student_init), config.student_arch, self.evaluation.input_shape, num_classes,
                          split.description)
@@ -409,6 +437,8 @@ class PateJob(Job):
                    "answer_targets": config.answer_targets,
                    "kept_answers": int(answers.confident.sum()),
                    "noise": noise_source(config.reproducible_noise).description}
+        if self.source is not None:
+            privacy = self.source.privacy(privacy, self.route)
         report = {"dataset": self.dataset_name, "teacher": str(self.teacher_dir), "public": split.description,
                   "accuracy": {"student": history[-1]["test_accuracy"],
                                "answers": answer_accuracy(answers, split.pool_labels)},
@@ -420,7 +450,8 @@ class PateJob(Job):
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
 
         return Outcome(
-            report=report, privacy={**privacy, **self.partition}, covers=COVERS,
+            report=report, privacy={**privacy, **self.partition},
+            covers=COVERS if self.source is None else SOURCE_COVERS,
             models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
                                                             self.dataset_name, config.student_init),
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them

@@ -24,6 +24,8 @@ from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_traini
 from dpdistill.runs import saved_config
 
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
+SOURCE_COVERS = ("the student (post-processing of the sample source's release and the noisy answers; epsilon is "
+                 "their composition)")
 NO_PRIVACY = UncoveredRead("the teacher's answers, without noise (privacy mode none)", "nothing")
 GENERATOR_READS_TEACHER = UncoveredRead(
     "the teacher, without noise, by the generator",
@@ -91,13 +93,22 @@ class TranscriptionJob(Job):
         self.engine = TranscriptionEngine(config, self.teacher, self.in_shape, num_classes, self.dataset,
                                           out_dir / PRIVATE_DIR, progress)
         self.ledger_dir = teacher_dir
-        self.planned = Release.of_plan(self.engine.plan, self.engine.plan.planned_queries)
+        self.source = self.engine.samples
+        self.planned = self._run_release(Release.of_plan(self.engine.plan, self.engine.plan.planned_queries))
         self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
-        self.uncovered = partition_reads(self.partition, self.meta.get("ensemble")) + uncovered_reads(config)
+        self.uncovered = ((self.source.uncovered if self.source else [])
+                          + partition_reads(self.partition, self.meta.get("ensemble")) + uncovered_reads(config))
+
+    def _run_release(self, route: Release) -> Release:
+        """What the teacher's ledger records: the answers' release, composed with the sample source's."""
+        return route if self.source is None else self.source.composed(route)
 
     def run(self, resume: bool) -> Outcome:
         config, result = self.config, self.engine.run(resume=resume)
+        route = Release.of_plan(result.plan, result.answered)
         privacy = {**result.privacy_summary(), **self.partition}
+        if self.source is not None:
+            privacy = self.source.privacy(privacy, route)
         num_classes = int(self.meta["num_classes"])
         generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(self.in_shape),
                           "width": list(config.generator_width), "dataset": self.dataset_name,
@@ -109,21 +120,26 @@ class TranscriptionJob(Job):
                              "samples_per_second": queries / max(result.wall_seconds, 1e-9),
                              "phases": result.phase_seconds},
                   "history": result.history}
+        models = {"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
+                                                               self.dataset_name))}
+        if self.source is None:
+            models["generator"] = (result.generator, generator_meta)
+        else:
+            report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
 
         def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
-            """The latent vectors, 64 samples titled with the student's classes, and the training curve."""
-            save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
-            with torch.no_grad():
-                samples = result.generator(result.latents[:64])
-            labels = predict(result.student, samples, device=config.device).tolist()
-            save_image_grid(samples, out_dir / "samples.png", labels=labels)
+            """The latent vectors, 64 samples titled with the student's classes (of a trained generator only),
+            and the training curve."""
+            if self.source is None:
+                save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
+                with torch.no_grad():
+                    samples = result.generator(result.latents[:64])
+                labels = predict(result.student, samples, device=config.device).tolist()
+                save_image_grid(samples, out_dir / "samples.png", labels=labels)
             save_training_curve(result.history, out_dir / "training.png")
 
         return Outcome(
-            report=report, privacy=privacy, covers=COVERS,
-            models={"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
-                                                                 self.dataset_name)),
-                    "generator": (result.generator, generator_meta)},
+            report=report, privacy=privacy, covers=COVERS if self.source is None else SOURCE_COVERS, models=models,
             private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
                 self.teacher, self.meta, self.dataset, self.dataset_name, config.device)}},
-            release=Release.of_plan(result.plan, result.answered), write_files=write_files)
+            release=self._run_release(route), write_files=write_files)

@@ -256,6 +256,9 @@ def _log_gaussian_delta(mu: np.ndarray, epsilon: float) -> np.ndarray:
 QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | SampledGaussianQuery
              | SampledReleaseQuery)
 Q = TypeVar("Q", bound=QuerySpec)
+# What a plan spends with `count` answers of a query: their own epsilon, or (a sample source's release composed
+# with them) the run's total. Calibration and the query cap search against it.
+Cost = Callable[[QuerySpec, int], float]
 
 
 def validate_delta(delta: float) -> None:
@@ -320,13 +323,16 @@ def _largest_true_int(predicate: Callable[[int], bool], upper: int, low: int = 0
     return low
 
 
-def max_queries(query: QuerySpec, epsilon: float, delta: float, upper: int = 10**8, guess: int = 0) -> int:
-    """The most answers of `query` whose composition stays within (epsilon, delta). A `guess` near the answer
-    (a calibrated plan's count) only saves evaluations: the search continues up from it when it fits."""
+def max_queries(query: QuerySpec, epsilon: float, delta: float, upper: int = 10**8, guess: int = 0,
+                cost: Cost | None = None) -> int:
+    """The most answers of `query` whose composition (by `cost`: their own by default) stays within
+    (epsilon, delta). A `guess` near the answer (a calibrated plan's count) only saves evaluations: the search
+    continues up from it when it fits."""
     validate_epsilon(epsilon)
+    spent = cost or own_cost(delta)
 
     def fits(count: int) -> bool:
-        return composed_epsilon(query, count, delta) <= epsilon
+        return spent(query, count) <= epsilon
 
     return _largest_true_int(fits, upper, guess if 0 < guess <= upper and fits(guess) else 0)
 
@@ -344,8 +350,13 @@ def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta
     raise ValueError(f"unknown accountant {accountant!r}: choose pld or rdp")
 
 
+def own_cost(delta: float) -> Cost:
+    """The epsilon of a query's answers alone, at `delta`."""
+    return lambda query, count: composed_epsilon(query, count, delta)
+
+
 def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta: float, start: float = 1.0,
-              tolerance: float = 1e-4) -> Q:
+              tolerance: float = 1e-4, cost: Cost | None = None) -> Q:
     """The query with the least noise whose `count` answers stay within (epsilon, delta): one search for every
     mechanism, so each is calibrated the same way and on the safe side.
 
@@ -354,15 +365,16 @@ def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta:
     is within a factor 1 + tolerance of the least noise that fits, never below it. The search gallops from `start`
     in whichever direction is needed and then bisects, so it evaluates the (sometimes costly) composed epsilon
     only near the answer; a `start` close to it (the figure of a similar mechanism that is cheap to account)
-    leaves two or three evaluations.
+    leaves two or three evaluations. `cost` measures what the answers spend (default: their own epsilon).
     """
     validate_epsilon(epsilon)
     validate_delta(delta)
     ratio = 1 + tolerance
     limit = int(math.log(1e6) / math.log(ratio))  # search at most a factor of a million either way
+    spent = cost or own_cost(delta)
 
     def fits(steps: int) -> bool:
-        return composed_epsilon(query_of(start * ratio**steps), count, delta) <= epsilon
+        return spent(query_of(start * ratio**steps), count) <= epsilon
 
     if fits(0):
         steps = -_largest_true_int(lambda down: fits(-down), limit)

@@ -22,10 +22,12 @@ from dpdistill.privacy.accounting import (
     PrivacyLedger,
     QuerySpec,
     RandomizedResponseQuery,
+    Cost,
     calibrate,
     composed_epsilon,
     composed_epsilon_rdp,
     max_queries,
+    own_cost,
     paper_epsilon_dpsd_data,
     validate_delta,
     validate_epsilon,
@@ -192,19 +194,26 @@ class PrivacyPlan:
         return summary
 
 
-def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> PrivacyPlan:
-    """Fix the mechanism for `iterations` x `batch_size` queries; refuse plans that cannot meet the budget."""
+def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int,
+                 cost: Cost | None = None) -> PrivacyPlan:
+    """Fix the mechanism for `iterations` x `batch_size` queries; refuse plans that cannot meet the budget. `cost`
+    is what the answers spend against the budget (default: their own epsilon; with a sample source, its release
+    composed with them): the noise is calibrated and the queries capped by it (sound accounting only)."""
     request.validate(num_classes)
     planned = batch_size * iterations
     if request.mode == "none":
         return PrivacyPlan(request, None, planned, planned, num_classes, batch_size)
-    query = _choose_query(request, num_classes, batch_size, iterations)
+    if cost is not None and request.accounting == "paper":
+        raise PrivacyParameterError("a sample source's release composes with the run's by sound accounting only: "
+                                    "use --accounting sound")
+    cost = cost or own_cost(request.delta)
+    query = _choose_query(request, num_classes, batch_size, iterations, cost)
     if request.accounting == "paper":
         cap = _paper_max_queries(request, query, num_classes, batch_size, planned)
     else:
-        cap = max_queries(query, request.epsilon, request.delta, upper=max(planned, 1) * 4, guess=planned)
+        cap = max_queries(query, request.epsilon, request.delta, upper=max(planned, 1) * 4, guess=planned, cost=cost)
     if cap < planned:
-        spent = composed_epsilon(query, planned, request.delta)
+        spent = cost(query, planned)
         raise BudgetExceededError(
             f"the plan needs {planned} teacher queries ({iterations} iterations x batch {batch_size}), which would "
             f"spend epsilon={spent:.4g} ({request.accounting} accounting) > budget {request.epsilon}; the budget "
@@ -214,21 +223,22 @@ def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, ite
     return PrivacyPlan(request, query, planned, cap, num_classes, batch_size)
 
 
-def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int) -> QuerySpec:
+def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int,
+                  cost: Cost) -> QuerySpec:
     planned = batch_size * iterations
     if request.votes:
         if request.sigma is not None:
             return DiscreteGaussianQuery(request.sigma)
         # the continuous Gaussian of the same sigma spends a hair less: the search starts there
-        continuous = calibrate(GaussianQuery, planned, request.epsilon, request.delta).noise_multiplier
+        continuous = calibrate(GaussianQuery, planned, request.epsilon, request.delta, cost=cost).noise_multiplier
         return calibrate(DiscreteGaussianQuery, planned, request.epsilon, request.delta,
-                         start=continuous * request.sensitivity)
+                         start=continuous * request.sensitivity, cost=cost)
     if request.mode == "data":
         if request.sigma is not None:
             return GaussianQuery(request.sigma / request.sensitivity)
         if request.accounting == "paper":
             raise PrivacyParameterError("paper accounting needs a fixed --sigma (the paper preset sets 100)")
-        return calibrate(GaussianQuery, planned, request.epsilon, request.delta)
+        return calibrate(GaussianQuery, planned, request.epsilon, request.delta, cost=cost)
     if request.epsilon0 is not None:
         return RandomizedResponseQuery(request.epsilon0, request.num_candidates)
     if request.accounting == "paper":
@@ -236,7 +246,7 @@ def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, it
         return RandomizedResponseQuery(request.epsilon, request.num_candidates)
     # the noise parameter of randomized response is 1 / eps0; one answer at eps0 = epsilon spends about epsilon
     return calibrate(lambda noise: RandomizedResponseQuery(1 / noise, request.num_candidates), planned,
-                     request.epsilon, request.delta, start=1 / request.epsilon)
+                     request.epsilon, request.delta, start=1 / request.epsilon, cost=cost)
 
 
 def _paper_max_queries(request: PrivacyRequest, query: QuerySpec, num_classes: int, batch_size: int,

@@ -30,7 +30,8 @@ import dp_accounting
 from dp_accounting import gaussian_mechanism
 
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
-from dpdistill.privacy.accounting import rdp_epsilon, validate_delta, validate_epsilon
+from dpdistill.privacy.accounting import QuerySpec, rdp_epsilon, validate_delta, validate_epsilon
+from dpdistill.privacy.accounting import composed_epsilon as query_epsilon
 from dpdistill.privacy.budget import PrivacyPlan
 from dpdistill.reporting.report import write_json
 
@@ -99,6 +100,12 @@ class Release:
         # Noisy vote counts are integers with discrete Gaussian noise: the query says so itself
         return cls(plan.release_event(count), plan.request.delta, plan.epsilon(count),
                    getattr(plan.query, "discrete", False))
+
+    @classmethod
+    def of_query(cls, query: QuerySpec, count: int, delta: float) -> "Release":
+        """`count` (at least one) answers of `query`, stated at `delta`."""
+        return cls(dp_accounting.SelfComposedDpEvent(query.dp_event(), count), delta,
+                   query_epsilon(query, count, delta), getattr(query, "discrete", False))
 
     def with_reads(self, reads: Sequence["UncoveredRead"]) -> "Release":
         """The release as the teacher's ledger must count it: a read no mechanism protects (its NonPrivateDpEvent)
@@ -224,6 +231,12 @@ def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
         raise PrivacyParameterError(f"the RDP accountant cannot compose these releases under replace-one "
                                     f"neighbours: {event}")
     return rdp_epsilon(accountant, event, delta)
+
+
+def composed_release(releases: Sequence[Release], delta: float) -> Release:
+    """`releases` as one: their events composed, their sound `composed_epsilon` at `delta`."""
+    return Release(dp_accounting.ComposedDpEvent([release.event for release in releases]), delta,
+                   composed_epsilon(releases, delta), any(release.discrete for release in releases))
 
 
 def _gaussian_mu_squared(event: dp_accounting.DpEvent) -> float | None:

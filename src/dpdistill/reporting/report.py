@@ -152,6 +152,17 @@ def _phase_breakdown(phases: dict[str, float]) -> str:
     return ", ".join(f"{phase} {seconds:.1f} s ({seconds / total:.0%})" for phase, seconds in phases.items())
 
 
+def _sample_source_rows(privacy: dict[str, Any]) -> list[str]:
+    """Where a sample source supplied the samples: its release and the route's, which compose to `epsilon`."""
+    source = privacy.get("sample_source")
+    if source is None:
+        return []
+    return [f"| sample source ({source['method']}, {source['path']}): epsilon at its delta {_number(source['delta'])} "
+            f"| {_number(source['epsilon'])} |",
+            f"| epsilon of the answers alone (composed with the source's: the epsilon above) | "
+            f"{_number(privacy['route_epsilon'])} |"]
+
+
 def transcription_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a transcription run."""
     privacy = report["privacy"]
@@ -171,6 +182,7 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         f"{_number(privacy.get('budget_epsilon'))} |",
         f"| paper_epsilon ({privacy.get('paper_epsilon_label', 'n/a')}) | {_number(privacy.get('paper_epsilon'))} |",
         f"| teacher queries | {privacy.get('queries')} |",
+        *_sample_source_rows(privacy),
     ]
     for key in ("teachers", "aggregation", "sigma", "beta", "noise_std", "epsilon0", "num_candidates"):
         if key in privacy:
@@ -180,11 +192,9 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         f"| wall time | {timing['wall_seconds']:.1f} s |",
         f"| samples per second | {_number(timing.get('samples_per_second'))} |",
         "",
-        "## Synthetic samples from the private generator",
-        "",
-        "![synthetic samples](samples.png)",
-        "",
-        "Titles are the student's predicted classes.",
+        *(["## Samples", "", f"The samples were {report['samples']}."] if "samples" in report else
+          ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
+           "Titles are the student's predicted classes."]),
         "",
         "## Training",
         "",
@@ -316,6 +326,7 @@ def pate_markdown(report: dict[str, Any]) -> str:
              f"| kept answers naming the true class | {_percent(accuracy['answers'])} |",
              f"| epsilon (sound, {privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PATE_ROWS if key in privacy]
+    lines += _sample_source_rows(privacy)
     timing = report["timing"]
     lines += [f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{timing['wall_seconds']:.1f} s |",
