@@ -130,7 +130,7 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
     from dpdistill.methods.pate import PateConfig
 
     harness = _harness()
-    assert harness.DEFAULT_POOL == PateConfig.__dataclass_fields__["public_size"].default  # the commands' default
+    assert harness.DEFAULT_POOL == PateConfig(epsilon=1.0).pool_size  # the commands' default
     test_split = {"fmnist": 10_000, "mnist": 2_000}  # the 10,000-image MNIST set keeps 2,000 for testing
 
     def option(run, name: str) -> int | None:

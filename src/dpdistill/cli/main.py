@@ -596,7 +596,7 @@ def synthesize_command(
     set_: list[str] = typer.Option([], "--set", help="any DataLens knob, KEY=VALUE (repeatable), e.g. clip=1e-5"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Train a differentially private generator on the private data. It writes a labelled synthetic set."""
+    """Train a private generator on the private data. It writes a labelled synthetic set."""
     from dpdistill.methods.config import parse_assignments
     from dpdistill.methods.datalens import build_datalens_config
     from dpdistill.methods.registry import method_named
