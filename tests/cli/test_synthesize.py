@@ -50,6 +50,16 @@ def test_a_run_writes_generator_synthetic_set_and_classifier(synthesized: Path):
     assert not any(path.name.startswith("teacher") for path in synthesized.iterdir())  # teachers stay private
 
 
+def test_the_teachers_losses_stay_in_the_private_record(synthesized: Path):
+    """They are computed from the teachers without noise: only the released direction's figures are public."""
+    report = json.loads((synthesized / "report.json").read_text())
+    assert report["history"] and all(set(record) == {"step", "kept_share"} for record in report["history"])
+    section = (synthesized / "report.md").read_text().split("## Generator training")[1].split("##")[0]
+    assert not [line for line in section.splitlines() if line.startswith("|") and "loss" in line]
+    private = json.loads((synthesized / "private" / "record.json").read_text())
+    assert set(private["teacher_history"][-1]) == {"step", "teacher_loss", "discriminator_loss"}
+
+
 def test_the_report_states_a_release_another_route_can_compose(synthesized: Path):
     privacy = json.loads((synthesized / "report.json").read_text())["privacy"]
     event = event_from_json(privacy["event"])

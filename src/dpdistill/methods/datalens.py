@@ -171,5 +171,6 @@ class DataLensJob(Job):
                     "student": (student, classifier_meta(STUDENT_ARCH, dataset.input_shape, dataset.num_classes,
                                                          config.dataset))},
             private_record=lambda: {"train_images": len(dataset.y_train),
-                                    "partition_sizes": self.trainer.part_sizes.tolist()},
+                                    "partition_sizes": self.trainer.part_sizes.tolist(),
+                                    "teacher_history": result.teacher_history},
             write_files=write_files)

@@ -17,10 +17,14 @@ from dpdistill.errors import PrivacyParameterError
 from dpdistill.privacy.randomness import NoiseSource
 
 
-def top_k_mask(values: Tensor, k: int) -> Tensor:
-    """Boolean mask of the k largest-magnitude entries of each row (the papers' operator M_k)."""
+def _check_top_k(values: Tensor, k: int) -> None:
     if not 1 <= k <= values.shape[-1]:
         raise PrivacyParameterError(f"top-k must be in [1, {values.shape[-1]}], got {k}")
+
+
+def top_k_mask(values: Tensor, k: int) -> Tensor:
+    """Boolean mask of the k largest-magnitude entries of each row (the papers' operator M_k)."""
+    _check_top_k(values, k)
     indices = values.abs().topk(k, dim=-1).indices
     return torch.zeros_like(values, dtype=torch.bool).scatter_(-1, indices, True)
 
@@ -68,8 +72,7 @@ def top_k_stochastic_signs(gradients: Tensor, k: int, clip: float, generator: to
     """
     if clip <= 0:
         raise PrivacyParameterError(f"the gradient clipping bound must be positive, got {clip}")
-    if not 1 <= k <= gradients.shape[-1]:
-        raise PrivacyParameterError(f"top-k must be in [1, {gradients.shape[-1]}], got {k}")
+    _check_top_k(gradients, k)
     kept, indices = gradients.abs().topk(k, dim=-1, sorted=False)  # unsorted: twice as fast
     values = gradients.gather(-1, indices).clamp(-clip, clip)
     scale = kept.amax(-1, keepdim=True).clamp(max=clip).clamp(min=torch.finfo(gradients.dtype).tiny)

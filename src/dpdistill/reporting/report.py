@@ -289,9 +289,10 @@ def datalens_markdown(report: dict[str, Any]) -> str:
              f"| generator steps per second | {_number(timing['steps_per_second'])} |",
              "", "## Synthetic samples (ten per class, titled with the class they were generated for)", "",
              "![synthetic samples](samples.png)", "",
-             "## Generator training", "", "| step | share of coordinates kept | teacher loss |", "| --- | --- | --- |"]
-    lines += [f"| {r['step']} | {_number(r['kept_share'])} | {_number(r['discriminator_loss'])} |"
-              for r in report["history"]]
+             "## Generator training", "",
+             "Share of the pixels the released direction moved (the teachers' losses are private: "
+             "`private/record.json`).", "", "| step | share of coordinates kept |", "| --- | --- |"]
+    lines += [f"| {r['step']} | {_number(r['kept_share'])} |" for r in report["history"]]
     lines += ["", "## Classifier on the synthetic set", "", "| epoch | real test accuracy |", "| --- | --- |"]
     lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} |" for r in report["student_history"]]
     lines += ["", "## Configuration", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",

@@ -172,7 +172,8 @@ def plan_datalens(config: DataLensConfig) -> DataLensPlan:
 @dataclass
 class DataLensResult:
     generator: ConditionalGenerator
-    history: list[dict[str, Any]]
+    history: list[dict[str, Any]]  # public: functions of the released votes only
+    teacher_history: list[dict[str, Any]]  # the teachers' losses, computed without noise: private
     wall_seconds: float
     timing: dict[str, float]
 
@@ -199,7 +200,7 @@ class DataLensTrainer:
         self.teacher_optimizer = torch.optim.Adam(self.teachers.parameters(), config.discriminator_lr,
                                                   betas=(config.beta1, 0.999))
         self.ledger = PrivacyLedger(plan.query, plan.queries)
-        self.step_index, self.history = 0, []
+        self.step_index, self.history, self.teacher_history = 0, [], []
         self.partition_key = new_partition_key()
         self._partitions()
 
@@ -237,8 +238,9 @@ class DataLensTrainer:
         self.teacher_optimizer.step()
         return float(loss.detach()) / config.teachers
 
-    def _generator_step(self) -> dict[str, float]:
-        """One query: the teachers' gradients through TopAgg, then the generator fits the moved samples."""
+    def _generator_step(self) -> tuple[float, float]:
+        """One query: the teachers' gradients through TopAgg, then the generator fits the moved samples. Returns the
+        share of coordinates the release kept (public) and the teachers' mean loss on the samples (private)."""
         config = self.config
         latents, labels = self._latents(config.batch_size)
         self.generator.train()
@@ -255,7 +257,7 @@ class DataLensTrainer:
         self.generator_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.generator_optimizer.step()
-        return {"kept_share": float(direction.abs().mean()), "teacher_loss": float(teacher_loss.detach()) / votes.numel()}
+        return float(direction.abs().mean()), float(teacher_loss.detach()) / votes.numel()
 
     def run(self, resume: bool = False) -> DataLensResult:
         started = time.perf_counter()
@@ -263,29 +265,32 @@ class DataLensTrainer:
         if resume:
             self._restore()
         else:
-            for warm in range(self.config.teacher_warmup):
+            for _ in range(self.config.teacher_warmup):
                 self._teacher_step()
         while self.step_index < self.plan.steps:
             lap = time.perf_counter()
             teacher_loss = sum(self._teacher_step() for _ in range(self.config.discriminator_steps))
             timing["teachers"] += time.perf_counter() - lap
             lap = time.perf_counter()
-            record = self._generator_step()
+            kept_share, generator_loss = self._generator_step()
             timing["generator"] += time.perf_counter() - lap
             self.step_index += 1
-            record = {"step": self.step_index, "discriminator_loss": teacher_loss / self.config.discriminator_steps,
-                      **record}
+            record = {"step": self.step_index, "kept_share": kept_share}
             if self.step_index % 50 == 0 or self.step_index == self.plan.steps:
                 self.history.append(record)
+                self.teacher_history.append({"step": self.step_index, "teacher_loss": generator_loss,
+                                             "discriminator_loss": teacher_loss / self.config.discriminator_steps})
             self.progress({**record, "total": self.plan.steps})
             if self.step_index % self.config.checkpoint_every == 0 and self.step_index < self.plan.steps:
                 self._checkpoint()
         self.generator.eval()
-        return DataLensResult(self.generator, self.history, time.perf_counter() - started, timing)
+        return DataLensResult(self.generator, self.history, self.teacher_history, time.perf_counter() - started,
+                              timing)
 
     def _checkpoint(self) -> None:
         save_state(self.state_dir, {
-            "step": self.step_index, "history": self.history, "answered": self.ledger.answered,
+            "step": self.step_index, "history": self.history, "teacher_history": self.teacher_history,
+            "answered": self.ledger.answered,
             "generator": self.generator.state_dict(), "teachers": self.teachers.state_dict(),
             "generator_optimizer": self.generator_optimizer.state_dict(),
             "teacher_optimizer": self.teacher_optimizer.state_dict(),
@@ -305,4 +310,5 @@ class DataLensTrainer:
         torch.set_rng_state(state["torch"])
         self.noise.restore(state["noise"])
         self.step_index, self.history = int(state["step"]), list(state["history"])
+        self.teacher_history = list(state["teacher_history"])
         self.ledger.answered = int(state["answered"])
