@@ -325,6 +325,8 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     for round_ in range(1, config.self_training_rounds + 2):
         if student is not None:  # self-training: add the public images the previous student is sure of
             unlabelled = split.pool[~labelled]
+            if not len(unlabelled):  # every image of the pool was asked: nothing left to label
+                break
             beliefs = probabilities(student, unlabelled, device=config.device)
             sure = beliefs.max(1).values >= config.pseudo_label_confidence
             guesses = beliefs.argmax(1)[sure]
