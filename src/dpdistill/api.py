@@ -150,23 +150,27 @@ def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwr
 
 @dataclass(frozen=True)
 class SyntheticResult(StudentResult):
-    """A private generator (`generator(latents, classes)`, latents uniform in [-1, 1]), the classifier trained on
-    its synthetic set (`student`), and the synthetic set itself: `out / "synthetic.npz"` (arrays x, y)."""
+    """A private synthetic set, `out / "synthetic.npz"` (arrays x, y), the classifier trained on it (`student`), and,
+    for DataLens, its generator (`generator(latents, classes)`, latents uniform in [-1, 1]; None for dp-merf,
+    whose images are fitted directly)."""
 
-    generator: nn.Module
+    generator: nn.Module | None
 
 
-def synthesize(dataset: str, out: str | Path, *, epsilon: float | None = None, preset: str | None = None,
-               resume: bool = False, overwrite: bool = False, progress: Progress | None = None,
-               **options: Any) -> SyntheticResult:
-    """`dpdistill synthesize --method datalens`: `options` are DataLensConfig's fields (teachers, top_k, sigma,
-    steps, ...), over the `preset`'s; with `resume`, the run's saved settings instead."""
-    from dpdistill.methods.datalens import build_datalens_config
+def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsilon: float | None = None,
+               preset: str | None = None, resume: bool = False, overwrite: bool = False,
+               progress: Progress | None = None, **options: Any) -> SyntheticResult:
+    """`dpdistill synthesize`: `method` is datalens or dp-merf, `options` the fields of its config (DataLensConfig:
+    teachers, top_k, sigma, steps, ...; MeanEmbeddingConfig: embedding, rff_features, steps, ...), over the
+    `preset`'s; with `resume`, the run's saved method and settings instead."""
+    from dpdistill.methods.registry import synthesis_method
 
     out = Path(out)
-    config = None if resume else build_datalens_config(preset, {"dataset": dataset, "epsilon": epsilon, **options})
+    config = None if resume else synthesis_method(method).build_config(
+        preset, {"dataset": dataset, "epsilon": epsilon, **options})
     report = pipeline.synthesize(config, out, resume, progress, overwrite)
-    return SyntheticResult(out, report, load_model(out, STUDENT), load_conditional_generator(out)[0])
+    generator = load_conditional_generator(out)[0] if (out / "generator.safetensors").exists() else None
+    return SyntheticResult(out, report, load_model(out, STUDENT), generator)
 
 
 def evaluate(model: str | Path, dataset: str, *, name: str | None = None) -> Result:

@@ -41,6 +41,8 @@ from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder
 
 if TYPE_CHECKING:
     from dpdistill.methods.pate import PateConfig
+    from dpdistill.training.datalens import DataLensConfig
+    from dpdistill.training.mean_embedding import MeanEmbeddingConfig
     from dpdistill.training.private import PrivateTrainingConfig
     from dpdistill.training.self_supervised import ContrastiveConfig
 
@@ -291,13 +293,20 @@ def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume:
     return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
-def synthesize(config: "DataLensConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,
-               overwrite: bool = False) -> dict[str, Any]:
-    """A private generator and its labelled synthetic set (DataLens, methods/datalens.py). With `resume`, the run
-    saved in `out_dir` continues from its last checkpoint with its saved settings."""
-    from dpdistill.methods.registry import method_named
+def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: Path, resume: bool = False,
+               progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """A labelled private synthetic set (DataLens, methods/datalens.py, or DP-MERF, methods/dpmerf.py: the method
+    the config is for). With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
+    from dpdistill.methods.registry import synthesis_method
 
-    return execute(method_named("datalens"), Source(), config, out_dir, resume, overwrite, progress)
+    method = synthesis_method(saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens"))
+    return execute(method, Source(), config, out_dir, resume, overwrite, progress)
+
+
+def saved_synthesis_method(out_dir: Path) -> str:
+    """The method of the `synthesize` run saved in `out_dir` (DataLens' settings name none)."""
+    saved = saved_config(out_dir) if out_dir.is_dir() else None
+    return saved.get("method", "datalens") if saved else "datalens"
 
 
 def _saved_method(out_dir: Path, resume: bool, given: str) -> str:

@@ -11,10 +11,12 @@ from dpdistill.privacy.ledger import UncoveredRead, coverage
 def test_every_method_is_listed_with_what_it_needs():
     listed = {entry["name"]: entry for entry in dpdistill.methods()}
     assert list(listed) == ["dpsd", "dpdfd", "srr", "pate", "dpsgd", "dpdfd-direct",
-                            "datalens"]
+                            "datalens", "dp-merf"]
     assert listed["pate"]["needs"] == Needs.ENSEMBLE.value and listed["dpsgd"]["needs"] == Needs.PRIVATE_DATA.value
     assert listed["srr"]["needs"] == Needs.SINGLE_TEACHER.value
-    assert listed["datalens"]["needs"] == Needs.PRIVATE_DATA.value and listed["datalens"]["command"] == "synthesize"
+    for synthesiser in ("datalens", "dp-merf"):
+        assert listed[synthesiser]["needs"] == Needs.PRIVATE_DATA.value
+        assert listed[synthesiser]["command"] == "synthesize"
     assert all(entry["description"] and entry["paper"] and entry["command"] for entry in listed.values())
 
 

@@ -578,39 +578,39 @@ def pate_command(
 def synthesize_command(
     dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
     out: Path = typer.Option(..., help="directory for generator, synthetic.npz, samples.png, student and report"),
-    method: str = typer.Option("datalens", help="datalens (seed 003): N teacher discriminators, TopAgg"),
+    method: str = typer.Option("datalens", help="datalens (seed 003): N teacher discriminators, TopAgg; "
+                               "dp-merf: one noisy release of class-wise mean embeddings"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound, replace-one)"),
     delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
-    preset: Optional[str] = typer.Option(None, help="paper: the official code's command (4,000 teachers)"),
-    teachers: Optional[int] = typer.Option(None, help="N teacher discriminators, one per disjoint partition"),
-    top_k: Optional[int] = typer.Option(None, help="k: coordinates each teacher votes on"),
-    sigma: Optional[float] = typer.Option(None, help="noise std on each summed vote [default: 1000; fitted to --steps when only they are given]"),
-    threshold: Optional[float] = typer.Option(None, help="beta: keep coordinates whose |noisy vote| >= beta N"),
-    steps: Optional[int] = typer.Option(None, help="generator steps (default: all the budget affords)"),
-    batch_size: Optional[int] = typer.Option(None, help="samples a step, each one query"),
+    preset: Optional[str] = typer.Option(None, help="datalens: paper, the official code's command (4,000 teachers)"),
+    teachers: Optional[int] = typer.Option(None, help="datalens: N teacher discriminators, one per partition"),
+    top_k: Optional[int] = typer.Option(None, help="datalens: k, coordinates each teacher votes on"),
+    sigma: Optional[float] = typer.Option(None, help="datalens: noise std on each summed vote [default: 1000; fitted to --steps when only they are given]"),
+    threshold: Optional[float] = typer.Option(None, help="datalens: beta, keep coordinates whose |noisy vote| >= beta N"),
+    steps: Optional[int] = typer.Option(None, help="generator (datalens, default: all the budget affords) or image (dp-merf) steps"),
+    batch_size: Optional[int] = typer.Option(None, help="datalens: samples a step, each one query"),
     synthetic_size: Optional[int] = typer.Option(None, help="images written to synthetic.npz"),
     seed: Optional[int] = typer.Option(None, help="seeds initialisation and latents, never the noise"),
     reproducible_noise: bool = REPRODUCIBLE_NOISE,
     device: Optional[str] = typer.Option(None, help="cpu or cuda"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
-    set_: list[str] = typer.Option([], "--set", help="any DataLens knob, KEY=VALUE (repeatable), e.g. clip=1e-5"),
+    set_: list[str] = typer.Option([], "--set", help="any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Train a private generator on the private data. It writes a labelled synthetic set."""
+    """Make a private labelled synthetic set from the data."""
     from dpdistill.methods.config import parse_assignments
-    from dpdistill.methods.datalens import build_datalens_config
-    from dpdistill.methods.registry import method_named
-    from dpdistill.pipeline import synthesize
-    from dpdistill.training.datalens import DataLensConfig
+    from dpdistill.methods.registry import synthesis_method
+    from dpdistill.pipeline import saved_synthesis_method, synthesize
 
-    method_named(method, type(method_named("datalens")))
-    config = None if resume else build_datalens_config(preset, {
+    chosen = synthesis_method(saved_synthesis_method(out) if resume else method)
+    config = None if resume else chosen.build_config(preset, {
         "dataset": dataset, "epsilon": epsilon, "delta": delta, "teachers": teachers, "top_k": top_k,
         "sigma": sigma, "threshold": threshold, "steps": steps, "batch_size": batch_size,
         "synthetic_size": synthetic_size, "seed": seed, "device": device,
-        "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, DataLensConfig)})
-    settings = _saved_config(out, DataLensConfig) if resume else config
-    bar, update = _progress_bar(settings.steps if settings else None, f"{method} generator steps")
+        "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, chosen.config_type)})
+    settings = _saved_config(out, chosen.config_type) if resume else config
+    unit = "generator" if chosen.name == "datalens" else "image"
+    bar, update = _progress_bar(settings.steps if settings else None, f"{chosen.name} {unit} steps")
     with bar:
         report = synthesize(config, out, resume, update, overwrite)
     print_summary(report, out)

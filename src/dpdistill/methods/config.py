@@ -197,7 +197,7 @@ DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named,
 def parse_assignments(assignments: list[str], kind: type = TranscriptionConfig) -> dict[str, Any]:
     """`KEY=VALUE` options (the CLI's `--set`) as typed overrides of the config class `kind`: every knob, without a
     flag for each (a sample source has its own option). A value is parsed as its field's default is typed."""
-    fields = {f.name: f for f in dataclasses.fields(kind) if f.name not in ("privacy", "sample_source")}
+    fields = {f.name: f for f in dataclasses.fields(kind) if f.name not in ("privacy", "sample_source", "method")}
     values: dict[str, Any] = {}
     for assignment in assignments:
         key, separator, text = assignment.partition("=")
@@ -216,8 +216,8 @@ def _parse_value(key: str, text: str, default: Any) -> Any:
             if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(text)
             return text.lower() in ("true", "1", "yes")
-        if isinstance(default, tuple):
-            return tuple(int(part) for part in text.split(","))
+        if isinstance(default, tuple):  # of the type of its first item (int where it is empty)
+            return tuple((type(default[0]) if default else int)(part.strip()) for part in text.split(","))
         if default is None or default is dataclasses.MISSING:  # an optional number
             return float(text) if any(mark in text.lower() for mark in ".e") else int(text)
         return type(default)(text)

@@ -19,29 +19,25 @@ steps as the budget affords).
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
-from dpdistill.methods.teachers import classifier_meta
+from dpdistill.methods.base import Job, Needs, Outcome, Progress, Source
+from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
+                                         synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.privacy.ledger import event_to_json, reproducible_noise_read
-from dpdistill.reporting.report import datalens_markdown, save_image_grid
+from dpdistill.reporting.report import datalens_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens
 from dpdistill.training.state import STATE_SKELETON
-from dpdistill.training.teacher import TeacherConfig, train_classifier
 
-SYNTHETIC_FILE = "synthetic.npz"
 STUDENT_ARCH = "datalens"  # the papers' evaluation classifier
 COVERS = ("the generator, the synthetic set and the student trained on it: all are post-processing of TopAgg's "
           "noisy votes")
@@ -72,14 +68,17 @@ def build_datalens_config(preset: str | None, values: dict[str, Any]) -> DataLen
     return DataLensConfig(**{**preset_settings(preset, given["epsilon"], given["dataset"]), **given})
 
 
-class DataLens(Method):
+class DataLens(SynthesisMethod):
     name = "datalens"
     summary = ("DataLens: a generator trained by N teacher discriminators through TopAgg (top-k signs, Gaussian "
                "votes), and its labelled synthetic set")
     needs = Needs.PRIVATE_DATA
     paper = "Wang et al., DataLens (CCS 2021), seed 003"
     presets = ("paper",)
-    command = "synthesize"
+    config_type = DataLensConfig
+
+    def build_config(self, preset: str | None, values: dict[str, Any]) -> DataLensConfig:
+        return build_datalens_config(preset, values)
 
     def plan(self, source: Source, config: DataLensConfig, out_dir: Path, progress: Progress | None) -> "DataLensJob":
         return DataLensJob(config, out_dir, progress)
@@ -136,13 +135,8 @@ class DataLensJob(Job):
         config, dataset = self.config, self.dataset
         result = self.trainer.run(resume)
         images, labels = synthesize(result.generator, config.synthetic_size, config.seed)
-        started = time.perf_counter()
-        synthetic = dataclasses.replace(dataset, name=f"{config.dataset} (DataLens synthetic)", x_train=images,
-                                        y_train=labels, ids_train=None)
-        student, student_report = train_classifier(synthetic, TeacherConfig(
-            arch=STUDENT_ARCH, epochs=config.student_epochs, batch_size=config.student_batch, lr=config.student_lr,
-            min_steps=0, seed=config.seed, device=config.device))
-        student_seconds = time.perf_counter() - started
+        student, evaluation, student_seconds = evaluate_synthetic(dataset, images, labels, "DataLens", StudentSettings(
+            STUDENT_ARCH, config.student_epochs, config.student_lr, config.student_batch, config.seed, config.device))
         privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,
                    "event": event_to_json(self.plan.release_event()),
                    "teachers": config.teachers, "top_k": config.top_k, "threshold_votes": config.threshold * config.teachers,
@@ -150,27 +144,16 @@ class DataLensJob(Job):
                    "unit": "one example of the private training set (replace-one; it changes one teacher's partition)"}
         report = {"dataset": config.dataset,
                   "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
-                  "accuracy": {"student": student_report["history"][-1]["test_accuracy"]},
-                  "measured_on": f"the whole real test split of {config.dataset} ({len(dataset.y_test)} images)",
-                  "synthetic": {"file": SYNTHETIC_FILE, "images": len(labels),
-                                "per_class": torch.bincount(labels, minlength=dataset.num_classes).tolist()},
+                  **evaluation,
                   "timing": {"wall_seconds": result.wall_seconds + student_seconds,
                              "generator_seconds": result.wall_seconds, "student_seconds": student_seconds,
                              "steps_per_second": self.plan.steps / max(result.wall_seconds, 1e-9), **result.timing},
-                  "history": result.history, "student_history": student_report["history"]}
-
-        def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
-            np.savez(out_dir / SYNTHETIC_FILE, x=images.numpy().astype(np.float32), y=labels.numpy().astype(np.int64))
-            per_class = torch.cat([images[labels == label][:10] for label in range(dataset.num_classes)])
-            grid_labels = [label for label in range(dataset.num_classes) for _ in range(min(10, int((labels == label).sum())))]
-            save_image_grid(per_class, out_dir / "samples.png", columns=10, labels=grid_labels)
-
+                  "history": result.history}
         return Outcome(
             report=report, privacy=privacy, covers=COVERS,
             models={"generator": (result.generator, generator_meta(result.generator, config, dataset)),
-                    "student": (student, classifier_meta(STUDENT_ARCH, dataset.input_shape, dataset.num_classes,
-                                                         config.dataset))},
+                    "student": student_model(student, STUDENT_ARCH, dataset, config.dataset)},
             private_record=lambda: {"train_images": len(dataset.y_train),
                                     "partition_sizes": self.trainer.part_sizes.tolist(),
                                     "teacher_history": result.teacher_history},
-            write_files=write_files)
+            write_files=synthetic_files(images, labels, dataset.num_classes))

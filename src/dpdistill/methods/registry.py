@@ -7,15 +7,17 @@ from dpdistill.methods.base import Method
 from dpdistill.methods.datalens import DataLens
 from dpdistill.methods.dpdfd import DPDFD
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
+from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.dpsd import DPSD
 from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
 from dpdistill.methods.srr import SRR
+from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect(), DataLens())}
+                                                                  DPDFDDirect(), DataLens(), DpMerf())}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:
@@ -33,6 +35,10 @@ def transcription_method(name: str) -> TranscriptionMethod:
 
 def private_training_method(name: str) -> PrivateTrainingMethod:
     return method_named(name, PrivateTrainingMethod)
+
+
+def synthesis_method(name: str) -> SynthesisMethod:
+    return method_named(name, SynthesisMethod)
 
 
 def methods() -> list[dict[str, str]]:

@@ -268,36 +268,66 @@ def private_training_markdown(report: dict[str, Any]) -> str:
 
 def datalens_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a private generator (`dpdistill synthesize`)."""
-    privacy, timing, synthetic = report["privacy"], report["timing"], report["synthetic"]
+    privacy, timing = report["privacy"], report["timing"]
     statement = (f"{_guarantee(privacy)} with respect to {privacy['unit']}: {privacy['queries']} generated samples, "
                  f"each answered by {privacy['teachers']} teacher discriminators through TopAgg, composed with "
                  f"{privacy['accountant']}. Covered: {privacy['covered']}. The teachers never leave `private/`.")
+    rows = [f"| epsilon (sound) | {_number(privacy['epsilon'])} |",
+            f"| epsilon (RDP, the official code's bound 2 k lambda / sigma^2 a query) | {_number(privacy['epsilon_rdp'])} |",
+            f"| delta | {privacy['delta']:g} |",
+            f"| teachers N, top-k, vote threshold | {privacy['teachers']}, {privacy['top_k']}, "
+            f"{_number(privacy['threshold_votes'])} |",
+            f"| sigma (noise std on each summed vote), noise multiplier | {_number(privacy['sigma'])}, "
+            f"{_number(privacy['noise_multiplier'])} |",
+            f"| generator steps, samples asked | {privacy['steps']}, {privacy['queries']} |",
+            f"| wall time: generator, student | {timing['generator_seconds']:.1f} s, {timing['student_seconds']:.1f} s |",
+            f"| generator steps per second | {_number(timing['steps_per_second'])} |"]
+    training = ["## Generator training", "", "Share of the pixels the released direction moved (the teachers' losses "
+                "are private: `private/record.json`).", "", "| step | share of coordinates kept |", "| --- | --- |"]
+    training += [f"| {r['step']} | {_number(r['kept_share'])} |" for r in report["history"]]
+    return _synthetic_markdown(report, statement, rows, training,
+                               "initialisation, latents, classes, quantisation coins")
+
+
+def mean_embedding_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a mean-embedding synthesiser (`dpdistill synthesize --method dp-merf`)."""
+    privacy, timing = report["privacy"], report["timing"]
+    statement = (f"{_guarantee(privacy)} with respect to {privacy['unit']}: one release of the class-wise sums of "
+                 f"the embedding ({', '.join(privacy['embedding'])}), L2 sensitivity {_number(privacy['sensitivity'])}, "
+                 f"{privacy['accountant']}. Covered: {privacy['covered']}.")
+    rows = [f"| epsilon (sound, replace-one) | {_number(privacy['epsilon'])} |",
+            f"| epsilon (add/remove) | {_number(privacy['epsilon_add_remove'])} |",
+            f"| epsilon (RDP cross-check) | {_number(privacy['epsilon_rdp'])} |",
+            f"| delta | {privacy['delta']:g} |",
+            f"| sigma (noise std on each summed coordinate), noise multiplier | {_number(privacy['sigma'])}, "
+            f"{_number(privacy['noise_multiplier'])} |",
+            f"| wall time: release, fit, student | {timing['release_seconds']:.1f} s, {timing['fit_seconds']:.1f} s, "
+            f"{timing['student_seconds']:.1f} s |"]
+    training = ["## Fit", "", "Squared distance of the synthetic means to the released means, summed over the classes "
+                "(post-processing of the release).", "", "| step | distance |", "| --- | --- |"]
+    training += [f"| {r['step']} | {_number(r['distance'])} |" for r in report["history"]]
+    return _synthetic_markdown(report, statement, rows, training, "random features, initial images, batches")
+
+
+def _synthetic_markdown(report: dict[str, Any], statement: str, rows: list[str], training: list[str],
+                        seeded: str) -> str:
+    """A synthesiser's report: its guarantee, the classifier trained on the synthetic set, the method's own
+    figures (`rows`, `training`), the samples and the configuration."""
+    synthetic = report["synthetic"]
     lines = [f"# dpdistill report: {report['method']} on {report['dataset']}", "", statement, "",
              "| quantity | value |", "| --- | --- |",
-             f"| classifier trained on the synthetic set only, final model ({report['measured_on']}) | "
-             f"{_percent(report['accuracy']['student'])} |",
-             f"| epsilon (sound) | {_number(privacy['epsilon'])} |",
-             f"| epsilon (RDP, the official code's bound 2 k lambda / sigma^2 a query) | {_number(privacy['epsilon_rdp'])} |",
-             f"| delta | {privacy['delta']:g} |",
-             f"| teachers N, top-k, vote threshold | {privacy['teachers']}, {privacy['top_k']}, "
-             f"{_number(privacy['threshold_votes'])} |",
-             f"| sigma (noise std on each summed vote), noise multiplier | {_number(privacy['sigma'])}, "
-             f"{_number(privacy['noise_multiplier'])} |",
-             f"| generator steps, samples asked | {privacy['steps']}, {privacy['queries']} |",
+             f"| {report['student_arch']} trained on the synthetic set only, final model ({report['measured_on']}) | "
+             f"{_percent(report['accuracy']['student'])} |", *rows,
              f"| synthetic images ({synthetic['file']}) | {synthetic['images']} |",
-             f"| wall time: generator, student | {timing['generator_seconds']:.1f} s, {timing['student_seconds']:.1f} s |",
-             f"| generator steps per second | {_number(timing['steps_per_second'])} |",
-             "", "## Synthetic samples (ten per class, titled with the class they were generated for)", "",
-             "![synthetic samples](samples.png)", "",
-             "## Generator training", "",
-             "Share of the pixels the released direction moved (the teachers' losses are private: "
-             "`private/record.json`).", "", "| step | share of coordinates kept |", "| --- | --- |"]
-    lines += [f"| {r['step']} | {_number(r['kept_share'])} |" for r in report["history"]]
-    lines += ["", "## Classifier on the synthetic set", "", "| epoch | real test accuracy |", "| --- | --- |"]
-    lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} |" for r in report["student_history"]]
+             "", "## Synthetic samples (ten per class, titled with their class)", "", "![synthetic samples](samples.png)",
+             "", *training]
+    scored = [record for record in report["student_history"] if "test_accuracy" in record]
+    if len(scored) > 1:  # a curve, where the classifier was scored after each epoch
+        lines += ["", "## Classifier on the synthetic set", "", "| epoch | real test accuracy |", "| --- | --- |"]
+        lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} |" for r in scored]
     lines += ["", "## Configuration", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
-              f"Seed {report['seed']} (initialisation, latents, classes, quantisation coins). Noise: "
-              f"{privacy['noise']}. Every figure above is also in `report.json`."]
+              f"Seed {report['seed']} ({seeded}). Noise: {report['privacy']['noise']}. Every figure above is also in "
+              f"`report.json`."]
     return "\n".join(lines) + "\n"
 
 

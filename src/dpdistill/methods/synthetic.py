@@ -1,0 +1,88 @@
+"""What every private synthesiser (`dpdistill synthesize`) hands back beside its own figures: the labelled synthetic
+set as a file and a grid, and the standard evaluation of private synthetic data, a classifier trained on the
+synthetic set alone and tested on the whole real test split (its final model, never the best epoch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dpdistill.data.base import ImageDataset
+from dpdistill.methods.base import Method
+from dpdistill.methods.teachers import classifier_meta
+from dpdistill.models.base import Classifier
+from dpdistill.reporting.report import save_image_grid
+from dpdistill.training.teacher import TeacherConfig, train_classifier
+
+SYNTHETIC_FILE = "synthetic.npz"
+GRID_PER_CLASS = 10
+
+
+class SynthesisMethod(Method):
+    """A method that learns a labelled synthetic set from the private data (`dpdistill synthesize`)."""
+
+    command = "synthesize"
+    config_type: ClassVar[type]  # its settings, with `from_dict` (what --resume reads back)
+
+    @abstractmethod
+    def build_config(self, preset: str | None, values: dict[str, Any]) -> Any:
+        """Settings from a preset and explicit values (None: not given); a value the method does not take, or a
+        bad one, is one ConfigError."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StudentSettings:
+    """The evaluation classifier: its architecture and training, seeded like the run."""
+
+    arch: str
+    epochs: int
+    lr: float
+    batch_size: int
+    seed: int
+    device: str
+    every_epoch: bool = True  # test accuracy after each epoch (the report's curve), else after the last only
+
+
+def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, method: str,
+                       settings: StudentSettings) -> tuple[Classifier, dict[str, Any], float]:
+    """The student trained on (`images`, `labels`) only, scored on `dataset`'s real test split: the model, the
+    report's entries (accuracy, what it was measured on, the synthetic set's shape, the student's curve) and the
+    seconds it took."""
+    started = time.perf_counter()
+    synthetic = dataclasses.replace(dataset, name=f"{dataset.name} ({method} synthetic)", x_train=images,
+                                    y_train=labels, ids_train=None)
+    student, trained = train_classifier(synthetic, TeacherConfig(
+        arch=settings.arch, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr, min_steps=0,
+        seed=settings.seed, device=settings.device), evaluate_each_epoch=settings.every_epoch)
+    report = {"accuracy": {"student": trained["history"][-1]["test_accuracy"]},
+              "student_arch": settings.arch,
+              "measured_on": f"the whole real test split of {dataset.name} ({len(dataset.y_test)} images)",
+              "synthetic": {"file": SYNTHETIC_FILE, "images": len(labels),
+                            "per_class": torch.bincount(labels, minlength=dataset.num_classes).tolist()},
+              "student_history": trained["history"]}
+    return student, report, time.perf_counter() - started
+
+
+def student_model(student: Classifier, arch: str, dataset: ImageDataset,
+                  dataset_name: str) -> tuple[Classifier, dict[str, Any]]:
+    """The student as a public checkpoint."""
+    return student, classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name)
+
+
+def synthetic_files(images: Tensor, labels: Tensor, num_classes: int) -> Callable[[Path, dict[str, Any]], None]:
+    """Writes synthetic.npz (x float32 in [-1, 1], y int64) and samples.png (ten per class, titled)."""
+
+    def write(out_dir: Path, _report: dict[str, Any]) -> None:
+        np.savez(out_dir / SYNTHETIC_FILE, x=images.numpy().astype(np.float32), y=labels.numpy().astype(np.int64))
+        shown = [torch.nonzero(labels == label).squeeze(1)[:GRID_PER_CLASS] for label in range(num_classes)]
+        save_image_grid(images[torch.cat(shown)], out_dir / "samples.png", columns=GRID_PER_CLASS,
+                        labels=[label for label, index in enumerate(shown) for _ in range(len(index))])
+
+    return write
