@@ -51,6 +51,7 @@ class Run:
     curve: tuple[str, float] | None = None  # (privacy mode, sound epsilon) for the privacy-accuracy figure
     teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
     encoder: str = ""  # a `pretrain` row the models start from (teachers: --init; PATE, DP-SGD: --student-init)
+    sample_source: str = ""  # a `synthesize` row whose output of the same seed the route asks about
 
     def teacher_row(self) -> str | None:
         if self.command not in TEACHER_COMMANDS:
@@ -151,6 +152,7 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
         runs += dpdfd_ablations(dataset)
         runs += scattering_rows(dataset, headline_seeds)
         runs += datalens_rows(dataset, headline_seeds)
+        runs += mean_embedding_rows(dataset, headline_seeds)
     return runs
 
 
@@ -166,6 +168,32 @@ def datalens_rows(dataset: str, headline_seeds: int) -> list[Run]:
                 dataset, ("--epsilon", epsilon, "--preset", "paper"), headline_seeds,
                 PAPER_DATALENS.get((dataset, epsilon)), command="synthesize", quick_args=DATALENS_QUICK)
             for epsilon in ("1", "10")]
+
+
+DPMERF_QUICK = ("--steps", "2", "--synthetic-size", "100", "--set", "student_epochs=1")
+# The covered data-free transcription: (total sound epsilon, the sample source's share of it)
+COVERED_SPLITS = (("1", "0.5"), ("10", "1"))
+
+
+def mean_embedding_rows(dataset: str, headline_seeds: int) -> list[Run]:
+    """DP-MERF-style mean embeddings (`synthesize --method dp-merf`, defaults): its synthetic set scored by a
+    scatter-linear classifier trained on it alone; and (Fashion-MNIST) the covered data-free transcription, PATE
+    with the scattering heads asked about those images only, the source's epsilon counted in the total."""
+    sources = sorted({share for _, share in COVERED_SPLITS} | {"1", "10"}, key=float)
+    runs = [Run(f"dpmerf-eps{epsilon}-{dataset}", "DP-MERF-style private synthetic data (scatter-linear trained on "
+                f"it)", dataset, ("--method", "dp-merf", "--epsilon", epsilon),
+                headline_seeds if epsilon in ("1", "10") and dataset == "fmnist" else 1,
+                command="synthesize", quick_args=DPMERF_QUICK) for epsilon in sources]
+    if dataset != "fmnist":  # the scattering heads are Fashion-MNIST's
+        return [run for run in runs if run.name != f"dpmerf-eps0.5-{dataset}"]
+    heads = f"teachers-{SCATTER_HEADS}-heads-scatter-{dataset}"
+    return runs + [Run(f"pate-{SCATTER_HEADS}-heads-scatter-dpmerf-eps{total}-{dataset}",
+                       f"PATE, M = {SCATTER_HEADS} heads on scattering features, asked about the 1,000 DP-MERF "
+                       f"images of epsilon {share} only (no public data), scatter-linear student", dataset,
+                       ("--epsilon", total, "--queries", "1000", "--student-arch", "scatter-linear",
+                        "--answer-targets", "posterior", "--min-steps", "500"), 1, command="pate",
+                       quick_args=PATE_QUICK, teacher=heads, sample_source=f"dpmerf-eps{share}-{dataset}")
+                   for total, share in COVERED_SPLITS]
 
 
 SCATTER_EPSILONS = ("1", "3", "10")
@@ -455,6 +483,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--teacher", str(out / run.teacher_row() / "seed0")]
     if run.encoder:
         command += ["--init" if run.command == "train-teacher" else "--student-init", str(out / run.encoder / "seed0")]
+    if run.sample_source:
+        command += ["--sample-source", str(out / run.sample_source / f"seed{seed}")]
     if (directory / "resume").exists() or (directory / "private" / "resume").exists():  # unfinished state
         command.append("--resume")
     elif (directory / "report.json").exists():  # finished, but its measurement was lost: run it again
@@ -583,6 +613,10 @@ TARGETS = (
     Target("DataLens synthetic data at epsilon 10 at least 70.61% (the paper's)", "datalens-paper-eps10-fmnist", 70.61),
     Target("DataLens synthetic data at epsilon 1 at least 64.78% (the paper's)", "datalens-paper-eps1-fmnist", 64.78),
     Target("DataLens at epsilon 10 within an hour", "datalens-paper-eps10-fmnist", 3600, "wall"),
+    Target("covered data-free transcription at epsilon 10 at least 75%", "pate-1000-heads-scatter-dpmerf-eps10-fmnist",
+           75),
+    Target("covered data-free transcription at epsilon 1 at least 65%", "pate-1000-heads-scatter-dpmerf-eps1-fmnist",
+           65),
 )
 
 # (route, what it needs, rows): `{d}` is the data set; rows absent from the results are left out.
@@ -609,6 +643,10 @@ ROUTES = (
     ("DPDFD direct training", "the private data", ("dpdfd-direct-eps1-{d}", "dpdfd-direct-eps10-{d}")),
     ("DataLens synthetic data, classifier trained on it", "the private data",
      ("datalens-paper-eps1-{d}", "datalens-paper-eps10-{d}")),
+    ("DP-MERF-style synthetic data, scatter-linear trained on it", "the private data",
+     ("dpmerf-eps1-{d}", "dpmerf-eps10-{d}")),
+    ("covered data-free transcription: PATE, scattering heads, asked about DP-MERF images only", "an ensemble",
+     ("pate-1000-heads-scatter-dpmerf-eps1-{d}", "pate-1000-heads-scatter-dpmerf-eps10-{d}")),
 )
 DATASET_NAMES = {"fmnist": "Fashion-MNIST", "mnist": "MNIST set (8,000 / 2,000)", "digits": "digits"}
 
@@ -783,10 +821,11 @@ def write_markdown(text: str, path: Path) -> None:
 
 
 def select(runs: list[Run], patterns: list[str]) -> list[Run]:
-    """The runs whose names match `patterns`, with the teachers they read and the encoders those start from
-    (earlier in the table: made first)."""
+    """The runs whose names match `patterns`, with the teachers and sample sources they read and the encoders
+    those start from (earlier in the table: made first)."""
     chosen = {run.name for run in runs if any(fnmatch.fnmatch(run.name, pattern) for pattern in patterns)}
     needed = chosen | {run.teacher_row() for run in runs if run.name in chosen}
+    needed |= {run.sample_source for run in runs if run.name in chosen and run.sample_source}
     needed |= {run.encoder for run in runs if run.name in needed and run.encoder}  # of a row or of its teachers
     return [run for run in runs if run.name in needed]
 

@@ -136,8 +136,8 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
     def option(run, name: str) -> int | None:
         return int(run.args[run.args.index(name) + 1]) if name in run.args else None
 
-    readers = [run for run in harness.table(("fmnist", "mnist"), 1)
-               if run.command in ("pate", "pretrain") or run.name.startswith("dpsgd-encoder")]
+    readers = [run for run in harness.table(("fmnist", "mnist"), 1)  # a sample source replaces the pool
+               if (run.command in ("pate", "pretrain") or run.name.startswith("dpsgd-encoder")) and not run.sample_source]
     assert {run.dataset for run in readers} == {"fmnist", "mnist"}
     for run in readers:
         pool = option(run, "--public-size") or harness.DEFAULT_POOL
@@ -213,3 +213,10 @@ def test_a_target_is_met_or_missed_by_its_gap():
     assert "| accuracy | `r` | 0,1 | 87.50 ± 0.50 | missed by 0.50 points |" in text
     assert "| time | `r` | 0,1 | 700 s | missed by 100 s |" in text
     assert "| absent | `s` | — | not run | — |" in text
+
+
+def test_a_route_on_a_sample_source_runs_after_its_source_and_its_teachers():
+    harness = _harness()
+    route = "pate-1000-heads-scatter-dpmerf-eps10-fmnist"
+    chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), [route])]
+    assert chosen == ["teachers-1000-heads-scatter-fmnist", "dpmerf-eps1-fmnist", route]
