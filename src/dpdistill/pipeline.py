@@ -299,14 +299,13 @@ def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: P
     the config is for). With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
     from dpdistill.methods.registry import synthesis_method
 
-    method = synthesis_method(saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens"))
+    method = synthesis_method(_saved_method(out_dir, resume, getattr(config, "method", "datalens")))
     return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
 def saved_synthesis_method(out_dir: Path) -> str:
     """The method of the `synthesize` run saved in `out_dir` (DataLens' settings name none)."""
-    saved = saved_config(out_dir) if out_dir.is_dir() else None
-    return saved.get("method", "datalens") if saved else "datalens"
+    return _saved_method(out_dir, True, "datalens")
 
 
 def _saved_method(out_dir: Path, resume: bool, given: str) -> str:

@@ -609,8 +609,7 @@ def synthesize_command(
         "synthetic_size": synthetic_size, "seed": seed, "device": device,
         "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, chosen.config_type)})
     settings = _saved_config(out, chosen.config_type) if resume else config
-    unit = "generator" if chosen.name == "datalens" else "image"
-    bar, update = _progress_bar(settings.steps if settings else None, f"{chosen.name} {unit} steps")
+    bar, update = _progress_bar(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps")
     with bar:
         report = synthesize(config, out, resume, update, overwrite)
     print_summary(report, out)

@@ -76,6 +76,7 @@ class DataLens(SynthesisMethod):
     paper = "Wang et al., DataLens (CCS 2021), seed 003"
     presets = ("paper",)
     config_type = DataLensConfig
+    stepped = "generator"
 
     def build_config(self, preset: str | None, values: dict[str, Any]) -> DataLensConfig:
         return build_datalens_config(preset, values)

@@ -30,6 +30,7 @@ class SynthesisMethod(Method):
 
     command = "synthesize"
     config_type: ClassVar[type]  # its settings, with `from_dict` (what --resume reads back)
+    stepped: ClassVar[str]  # what its `steps` train (the progress bar's unit)
 
     @abstractmethod
     def build_config(self, preset: str | None, values: dict[str, Any]) -> Any:

@@ -35,7 +35,7 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.scattering import scattering_features
 from dpdistill.privacy.accounting import GaussianQuery, calibrate, composed_epsilon, composed_epsilon_rdp
 from dpdistill.privacy.randomness import NoiseSource
-from dpdistill.training.state import load_state, save_state
+from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
 Progress = Callable[[dict], None]
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
@@ -109,6 +109,8 @@ class Embedding(nn.Module):
     def __init__(self, in_shape: tuple[int, ...], config: MeanEmbeddingConfig) -> None:
         super().__init__()
         self.parts = config.embedding
+        self.uses_scattering = any(part.startswith("scattering") for part in self.parts)
+        self.divisor = math.sqrt(len(self.parts) + 1)  # the parts and the counting coordinate, each of norm 1
         self.scattering, channels = scattering_features(tuple(in_shape))
         scattering_dim = channels * math.prod(self.scattering[0].out_shape)
         draw = torch.Generator().manual_seed(config.seed)
@@ -124,16 +126,15 @@ class Embedding(nn.Module):
 
     def forward(self, images: Tensor, coefficients: Tensor | None = None) -> Tensor:
         """phi(images); `coefficients`, the images' scattering coefficients where they are known already."""
-        needs_scattering = any(part.startswith("scattering") for part in self.parts)
-        if needs_scattering and coefficients is None:
+        if self.uses_scattering and coefficients is None:
             coefficients = self.scattering(images)
-        unit = nn.functional.normalize(coefficients.flatten(1), dim=1) if needs_scattering else None
+        unit = nn.functional.normalize(coefficients.flatten(1), dim=1) if self.uses_scattering else None
         pieces = [unit if part == "scattering" else
                   _random_features(unit if part == "scattering-rff" else images.flatten(1),
                                    self.scattering_frequencies if part == "scattering-rff" else self.pixel_frequencies)
                   for part in self.parts]
         pieces.append(torch.ones(len(images), 1, device=images.device))
-        return torch.cat(pieces, 1) / math.sqrt(len(pieces))
+        return torch.cat(pieces, 1) / self.divisor
 
 
 def _random_features(inputs: Tensor, frequencies: Tensor) -> Tensor:
@@ -203,9 +204,8 @@ class MeanEmbeddingSynthesizer:
     def release(self) -> Tensor:
         """The noisy class-wise sums of phi (num_classes, dim): the run's only read of the private data."""
         dataset, device = self.dataset, self.device
-        needs_scattering = any(part.startswith("scattering") for part in self.config.embedding)
         coefficients = (frozen_features(self.embedding.scattering, dataset.x_train, device, fixed=True)
-                        if needs_scattering else None)
+                        if self.embedding.uses_scattering else None)
         sums = torch.zeros(dataset.num_classes, self.embedding.dim, device=device)
         with torch.no_grad():
             for start in range(0, len(dataset.y_train), SUM_BATCH):
@@ -217,13 +217,13 @@ class MeanEmbeddingSynthesizer:
 
     def targets(self, noisy_sums: Tensor) -> Tensor:
         """Released means: noisy sums over the noisy count (the constant coordinate), the count at least 1."""
-        counts = (noisy_sums[:, -1] * math.sqrt(len(self.config.embedding) + 1)).clamp(min=1.0)
+        counts = (noisy_sums[:, -1] * self.embedding.divisor).clamp(min=1.0)
         return noisy_sums / counts[:, None]
 
     def run(self, resume: bool) -> MeanEmbeddingResult:
         started = time.perf_counter()
         step, history = 0, []
-        if resume and (self.state_dir / "state.json").exists():
+        if resume and (self.state_dir / STATE_SKELETON).exists():
             state = load_state(self.state_dir)
             noisy_sums, step, history = state["noisy_sums"].to(self.device), state["step"], state["history"]
             with torch.no_grad():
