@@ -82,7 +82,9 @@ def test_the_released_directions_move_the_samples_towards_the_private_data(synth
     with torch.no_grad():
         before = (fresh(latents, classes).mean(0) - real_mean).norm()
         after = (generator(latents, classes).mean(0) - real_mean).norm()
-    assert after < 0.75 * before  # measured 4.58 -> 2.89; a reversed direction moves it away
+    # nine runs measured after / before from 0.52 to 0.76 (the noise is secret, so every run differs);
+    # a reversed direction moves the mean away (a ratio above 1)
+    assert after < 0.9 * before
 
 
 MERF_TINY = ("--method", "dp-merf", "--dataset", "digits", "--synthetic-size", "300", "--steps", "60",
