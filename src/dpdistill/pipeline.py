@@ -108,7 +108,7 @@ def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "
 
 def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                            alpha: float | None = None, progress: Progress | None = None,
-                           resume: bool = False, overwrite: bool = False) -> dict:
+                           resume: bool = False, overwrite: bool = False, holding: Tensor | None = None) -> dict:
     """Train one teacher per disjoint partition of the training split into `out_dir/member-XXX/`, then mark
     `out_dir` as an ensemble; report each member's and the ensemble's accuracy.
 
@@ -117,17 +117,18 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
     Dirichlet(alpha) split per class instead, which only simulates owners who hold their data apart.
 
     Members are kept as they finish (hundreds of them take hours): with `resume`, an interrupted run continues
-    with its saved settings and partition key after the last finished member."""
+    with its saved settings and partition key after the last finished member. `holding`: positions of the
+    training split that are all this ensemble may learn from (one data owner's examples in a federation)."""
     with exclusive(out_dir):
         clear_previous = claim_out_dir(out_dir, resume, overwrite, interrupted_ensemble(out_dir) is not None,
                                        "ensemble training")
         return _train_teacher_ensemble(dataset_name, out_dir, config, partitions, alpha, progress, resume,
-                                       clear_previous)
+                                       clear_previous, holding)
 
 
 def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                             alpha: float | None, progress: Progress | None, resume: bool,
-                            clear_previous: Callable[[], None]) -> dict:
+                            clear_previous: Callable[[], None], holding: Tensor | None) -> dict:
     state = out_dir / ENSEMBLE_STATE
     plan_path = state / ENSEMBLE_PLAN
     plan = interrupted_ensemble(out_dir)
@@ -135,6 +136,8 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
+    if holding is not None:
+        dataset = dataset.train_subset(holding)
     clear_previous()
     if alpha is None:
         key = read_partition_key(out_dir) if resume else new_partition_key()
@@ -281,6 +284,34 @@ def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: 
     from dpdistill.methods.registry import method_named
 
     return execute(method_named("pate"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
+
+
+def default_owners(out_dir: Path) -> Path:
+    """Where a federated run keeps its simulated data owners unless told: beside `out_dir`, so that the run's
+    outputs and the owners' private teachers (and their ledger) stay apart."""
+    return out_dir.with_name(f"{out_dir.name}-owners")
+
+
+def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | None = None, resume: bool = False,
+              progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Federated transcription on Flower (methods/federated.py): the data owners in `owners` (trained first where
+    missing: federated/owners.py) answer through secure aggregation; a student learns from the sums. With
+    `resume`, the run saved in `out_dir` continues after its last released round, with its saved settings."""
+    from dpdistill.federated.owners import check_owners, prepare_owners
+    from dpdistill.methods.registry import method_named
+
+    method = method_named("federated")
+    saved = method.interrupted(out_dir) if out_dir.is_dir() else None
+    if resume and saved is not None:
+        source, config = saved
+        owners = source.teacher
+    elif not resume:
+        claim_out_dir(out_dir, resume, overwrite, saved is not None, "federated run")  # refuse before the owners train
+        owners = owners or default_owners(out_dir)
+        check_owners(owners, config)
+    if owners is not None and config is not None:
+        prepare_owners(owners, config, progress)
+    return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)
 
 
 def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,

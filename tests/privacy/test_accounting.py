@@ -13,6 +13,7 @@ from dpdistill.privacy.budget import PrivacyRequest, plan_privacy
 from helpers import lattice_epsilon, self_convolved
 from dpdistill.privacy.accounting import (
     DiscreteGaussianQuery,
+    DistributedDiscreteGaussianQuery,
     GaussianQuery,
     PrivacyLedger,
     RandomizedResponseQuery,
@@ -166,3 +167,27 @@ def test_discrete_gaussian_calibration_never_overspends(target, count):
     cap = max_queries(query, target, DELTA, guess=count)
     assert cap >= count and composed_epsilon(query, cap + 1, DELTA) > target
     assert max_queries(query, target, DELTA) == cap  # the guess only speeds the search
+
+
+@pytest.mark.parametrize("owners, dropouts", [(5, 0), (5, 2), (50, 10)])
+def test_distributed_shares_cost_what_one_discrete_gaussian_of_the_threshold_sum_costs(owners, dropouts):
+    """With shares of sigma 5 the correction term is below 1e-100: the RDP epsilon is that of one discrete
+    Gaussian of sigma 5 sqrt(owners - dropouts) on the same histogram (the fewest shares that can be unmasked)."""
+    distributed = DistributedDiscreteGaussianQuery(5.0, math.sqrt(2), 10, owners, dropouts)
+    central = DiscreteGaussianQuery(5.0 * math.sqrt(owners - dropouts))
+    assert distributed.noise_multiplier == pytest.approx(central.noise_multiplier, rel=1e-12)
+    assert distributed.epsilon(1000, DELTA) == pytest.approx(composed_epsilon_rdp(central, 1000, DELTA), rel=1e-9)
+
+
+def test_small_shares_pay_the_distributed_correction():
+    """Kairouz et al.'s tau: for two owners with shares of sigma 0.5, rho = Delta^2 / (2 n sigma^2) + tau d / 4,
+    tau = 10 exp(-2 pi^2 sigma^2 / 2), worse than one owner's share alone would suggest."""
+    query = DistributedDiscreteGaussianQuery(0.5, math.sqrt(2), 10, 2, 0)
+    tau = 10 * math.exp(-2 * math.pi**2 * 0.25 / 2)
+    assert query.rho() == pytest.approx(2 / (2 * 2 * 0.25) + tau * 10 / 4, rel=1e-12)
+    assert query.epsilon(10, DELTA) > composed_epsilon_rdp(DiscreteGaussianQuery(0.5 * math.sqrt(2)), 10, DELTA)
+
+
+def test_distributed_shares_refuse_a_threshold_of_nobody():
+    with pytest.raises(PrivacyParameterError):
+        DistributedDiscreteGaussianQuery(1.0, 1.0, 10, 3, 3)

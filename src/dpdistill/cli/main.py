@@ -20,6 +20,7 @@ from dpdistill.errors import DpDistillError
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
+typer.core.HAS_RICH = False  # else typer escapes "[default: ...]" for rich markup and plain help shows the escape
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a model trained on private data into a differentially private student and generator.")
 data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -471,8 +472,8 @@ def train_private_command(
 def pretrain_command(
     dataset: str = typer.Option(..., help="the data set whose public pool is used (as in `dpdistill pate`)"),
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
-    public: Optional[str] = typer.Option(None, help="data set of the public images (default: the test split of "
-                                                    "--dataset: its first --public-size images are public)"),
+    public: Optional[str] = typer.Option(None, help="data set of the public images (default: the "
+                                                    "first --public-size test images of --dataset)"),
     public_size: int = typer.Option(PUBLIC_POOL_SIZE, min=2, help="how many public images to pretrain on (as "
                                                                    "`pate --public-size`)"),
     arch: str = typer.Option("cnn", help="the architecture the encoder will start"),
@@ -612,6 +613,51 @@ def synthesize_command(
     bar, update = _progress_bar(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps")
     with bar:
         report = synthesize(config, out, resume, update, overwrite)
+    print_summary(report, out)
+
+
+@app.command("federated")
+@clear_errors
+def federated_command(
+    dataset: str = typer.Option(..., help="the private data, divided among the owners"),
+    clients: int = typer.Option(..., help="M, the data owners (one Flower SuperNode each)"),
+    out: Path = typer.Option(..., help="directory for the student, the released sums and the report"),
+    method: str = typer.Option("pate", help="pate: the owners' members vote on public images"),
+    epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound, replace-one)"),
+    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
+    dirichlet_alpha: Optional[float] = typer.Option(None, help="owners' holdings: Dirichlet(A) per class "
+                                                               "[default: an even keyed split]"),
+    dropouts: int = typer.Option(0, help="owners that may fail in a round; each owner's noise share grows "
+                                         "so that the others' sum keeps the planned noise"),
+    engine: str = typer.Option("simulation", help="simulation (Flower's, one process) or deployment (a "
+                                                  "SuperLink and M SuperNodes as processes on loopback)"),
+    owners: Optional[Path] = typer.Option(None, help="the owners' directory: reused if prepared, its ledger "
+                                                     "counting every run [default: OUT-owners]"),
+    members_per_owner: Optional[int] = typer.Option(None, help="teachers each owner trains on its data "
+                                                               "[default: 10]"),
+    queries: int = typer.Option(1000, help="public images the owners' teachers vote on"),
+    student_arch: str = typer.Option("datalens", help="the student's architecture"),
+    seed: int = SEED,
+    device: str = DEVICE,
+    set_: list[str] = typer.Option([], "--set", help="any other setting, KEY=VALUE (repeatable), e.g. "
+                                                     "teacher_init=scatter"),
+    resume: bool = typer.Option(False, help="continue the interrupted run in --out after its last released "
+                                            "round"),
+    overwrite: bool = OVERWRITE,
+) -> None:
+    """Data owners vote through secure aggregation (Flower)."""
+    from dpdistill.federated.config import FederatedConfig
+    from dpdistill.methods.config import parse_assignments
+    from dpdistill.pipeline import federated
+
+    config = None if resume else FederatedConfig(**{
+        "epsilon": epsilon, "dataset": dataset, "clients": clients, "method": method, "delta": delta,
+        "dirichlet_alpha": dirichlet_alpha, "dropouts": dropouts, "engine": engine,
+        "members_per_owner": members_per_owner, "queries": queries, "student_arch": student_arch, "seed": seed,
+        "device": device, **parse_assignments(set_, FederatedConfig)})
+    bar, update = _progress_bar(None, "federated: owners, then rounds and the student")
+    with bar:
+        report = federated(config, out, owners, resume, update, overwrite)
     print_summary(report, out)
 
 

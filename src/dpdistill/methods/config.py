@@ -206,11 +206,13 @@ def parse_assignments(assignments: list[str], kind: type = TranscriptionConfig) 
             raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
         field = fields[key]
         default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        values[key] = _parse_value(key, text.strip(), default)
+        values[key] = _parse_value(key, text.strip(), default, str(field.type))
     return values
 
 
-def _parse_value(key: str, text: str, default: Any) -> Any:
+def _parse_value(key: str, text: str, default: Any, annotation: str = "") -> Any:
+    if default is None and "str" in annotation:  # an optional name or path
+        return text
     try:
         if isinstance(default, bool):
             if text.lower() not in ("true", "false", "1", "0", "yes", "no"):

@@ -10,6 +10,7 @@ from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.dpsd import DPSD
 from dpdistill.methods.dpsgd import DPSGD
+from dpdistill.methods.federated import Federated
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
 from dpdistill.methods.srr import SRR
@@ -17,7 +18,7 @@ from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect(), DataLens(), DpMerf())}
+                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated())}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:

@@ -10,6 +10,8 @@ sensitivity and all queries compose. The per-query mechanisms are:
 - `RandomizedResponseQuery`: k-ary randomized response with parameter eps0 (label mode).
 - `DiscreteGaussianQuery`: an ensemble's vote histogram plus exact discrete Gaussian noise on each count (GNMax
   over integer counts): one example moves one member's vote, so two counts change by one.
+- `DistributedDiscreteGaussianQuery`: the same kind of integer answer summed over data owners by secure
+  aggregation, each owner adding a share of the noise (federated runs).
 
 The private-training baselines (`dpdistill train-private`) read the private data themselves; a query is one step:
 
@@ -158,6 +160,65 @@ class DiscreteGaussianQuery:
 
 
 @dataclass(frozen=True)
+class DistributedDiscreteGaussianQuery:
+    """One query answered by data owners through secure aggregation: each owner adds its own discrete Gaussian share
+    N_Z(0, share_sigma^2) to its integer answer, and only the sum of at least `owners - dropouts` owners' answers is
+    ever revealed (SecAgg+'s reconstruction threshold).
+
+    The sum of n independent discrete Gaussians is not a discrete Gaussian; Kairouz, Liu and Steinke (2021, "The
+    Distributed Discrete Gaussian Mechanism", Theorem 1) prove it (1/2) eps^2-concentrated DP with
+    eps^2 = Delta_2^2 / (n share_sigma^2) + tau d / 2, tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 share_sigma^2 k / (k+1)),
+    for an integer answer of L2 sensitivity Delta_2 in d coordinates. A query is charged at the worst n the
+    threshold allows; zCDP rho bounds every RDP order by alpha rho, which is the RDP curve of the Gaussian with
+    multiplier 1 / sqrt(2 rho): that event, on the RDP accountant only (a Gaussian PLD is no proven bound here).
+    """
+
+    share_sigma: float
+    sensitivity: float  # L2, in the integer units of the answers
+    dimension: int  # coordinates of one query's answer
+    owners: int
+    dropouts: int = 0
+    discrete = True  # integer answers: a ledger must not account them as a continuous Gaussian
+
+    def __post_init__(self) -> None:
+        if not self.share_sigma > 0 or not math.isfinite(self.share_sigma):
+            raise PrivacyParameterError(f"the noise share sigma must be positive and finite, got {self.share_sigma}")
+        if not self.sensitivity > 0 or self.dimension < 1:
+            raise PrivacyParameterError("a distributed query needs a positive sensitivity and at least one coordinate")
+        if not 0 <= self.dropouts < self.owners:
+            raise PrivacyParameterError(f"{self.owners} owners tolerate 0 to {self.owners - 1} dropouts, "
+                                        f"got {self.dropouts}")
+
+    def rho(self) -> float:
+        """zCDP of one query, at the fewest contributors the threshold lets through (the bound's worst case)."""
+        return max(self._rho(summands) for summands in range(self.owners - self.dropouts, self.owners + 1))
+
+    def _rho(self, summands: int) -> float:
+        exponents = [-2 * math.pi**2 * self.share_sigma**2 * k / (k + 1) for k in range(1, summands)]
+        tau = 10 * math.exp(scipy.special.logsumexp(exponents)) if exponents else 0.0
+        return self.sensitivity**2 / (2 * summands * self.share_sigma**2) + tau * self.dimension / 4
+
+    @property
+    def noise_multiplier(self) -> float:
+        """The continuous Gaussian (unit sensitivity) whose RDP curve alpha * rho bounds this query's."""
+        return 1 / math.sqrt(2 * self.rho())
+
+    @property
+    def total_sigma(self) -> float:
+        """The noise std of the sum at the fewest contributors: share_sigma sqrt(owners - dropouts)."""
+        return self.share_sigma * math.sqrt(self.owners - self.dropouts)
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+    def epsilon(self, count: int, delta: float) -> float:
+        return composed_epsilon_rdp(self, count, delta)
+
+    def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
+        return dp_accounting.rdp.RdpAccountant()
+
+
+@dataclass(frozen=True)
 class SampledGaussianQuery:
     """One DP-SGD step: each example joins the batch with probability `sample_rate` (Poisson sampling), and the sum
     of the batch's clipped per-example gradients gets Gaussian noise of `noise_multiplier` times the clipping norm.
@@ -253,8 +314,8 @@ def _log_gaussian_delta(mu: np.ndarray, epsilon: float) -> np.ndarray:
         return head + np.log1p(-np.exp(np.minimum(tail - head, 0.0)))
 
 
-QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | SampledGaussianQuery
-             | SampledReleaseQuery)
+QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | DistributedDiscreteGaussianQuery
+             | SampledGaussianQuery | SampledReleaseQuery)
 Q = TypeVar("Q", bound=QuerySpec)
 # What a plan spends with `count` answers of a query: their own epsilon, or (a sample source's release composed
 # with them) the run's total. Calibration and the query cap search against it.

@@ -344,6 +344,42 @@ PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), (
              ("answer_targets", "student's targets (argmax: noisy winner; posterior: soft)"))
 
 
+FEDERATED_ROWS = (("owners", "data owners"), ("threshold", "owners needed in every round (owners - dropouts)"),
+                  ("queries", "queries asked"), ("share_sigma", "each owner's noise share (sigma)"),
+                  ("sigma_at_threshold", "noise on each sum at the threshold (sigma)"))
+
+
+def federated_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a federated run: the guarantee, the federation's rounds, the student."""
+    privacy, accuracy, federation = report["privacy"], report["accuracy"], report["federation"]
+    lines = [f"# dpdistill report: federated PATE across {privacy['owners']} data owners, {report['dataset']}", "",
+             f"{_guarantee(privacy)} with respect to {privacy['unit']} "
+             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. No party saw an "
+             f"owner's data or its answers; the owners' teachers are not private and stay with their owners.", "",
+             f"Public images: {report['public']}.", "",
+             "| quantity | value |", "| --- | --- |",
+             f"| student accuracy (real test images, none of them public) | {_percent(accuracy['student'])} |",
+             f"| answers naming the true class | {_percent(accuracy['answers'])} |",
+             f"| epsilon (sound, RDP) | {_number(privacy['epsilon'])} |"]
+    lines += [f"| {label} | {_number(privacy[key])} |" for key, label in FEDERATED_ROWS if key in privacy]
+    lines += [f"| engine | {federation['engine']} |",
+              f"| secure-aggregation rounds | {federation['rounds']} |",
+              f"| owners that contributed, per round | {', '.join(map(str, federation['contributors']))} |",
+              f"| rounds lost during secure aggregation (spent, unanswered) | "
+              f"{', '.join(map(str, federation['lost_rounds'])) or 'none'} |",
+              f"| federation wall time | {federation['wall_seconds']:.1f} s |",
+              f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
+              f"{report['timing']['wall_seconds']:.1f} s |",
+              "", "## Student rounds", "",
+              "| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
+              for r in report["history"]]
+    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+              f"Seed {report['seed']}; the released sums are in `answers.safetensors`. Every figure above is also in "
+              f"`report.json`."]
+    return "\n".join(lines) + "\n"
+
+
 def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
     privacy, accuracy = report["privacy"], report["accuracy"]

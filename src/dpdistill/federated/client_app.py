@@ -1,0 +1,68 @@
+"""The data owner's side (Flower ClientApp): answer each round's queries from the owner's own teachers, through
+the boundary check and the owner's noise share, into secure aggregation (`secaggplus_mod`: the answer leaves the
+owner only masked; the server learns the sum of at least the threshold's owners).
+
+An owner is found by its node's `owner-dir` (each SuperNode started with `--node-config "owner-dir=..."`), or in a
+simulation by its partition id among the run's owner directories. torch is imported only when a round asks for an
+answer: SecAgg+'s key-exchange stages run without it (a deployed SuperNode starts a process per message).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.client import NumPyClient
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp import ClientApp
+from flwr.app import Context
+
+OWNER_DIR = "owner-dir"
+_teachers: dict[str, Any] = {}  # an owner's teacher, loaded once per process
+
+
+class OwnerClient(NumPyClient):
+    """One data owner: its teachers answer; the protocol bounds, rounds and noises the answer."""
+
+    def __init__(self, owner_dir: Path) -> None:
+        self.owner_dir = owner_dir
+
+    def get_properties(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The owner's name (its directory's), so the server can refuse two nodes that speak for one owner."""
+        return {"owner": self.owner_dir.resolve().name}
+
+    def fit(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
+        from dpdistill.federated.answers import owner_answer
+
+        return [owner_answer(self._teacher(), parameters, json.loads(str(config["wire"])))], 1, {}
+
+    def _teacher(self) -> Any:
+        key = str(self.owner_dir.resolve())
+        if key not in _teachers:
+            from dpdistill.methods.teachers import read_teacher
+
+            _teachers[key] = read_teacher(self.owner_dir)[0].eval()
+        return _teachers[key]
+
+
+def owner_dir_of(context: Context, owner_dirs: list[str] | None) -> Path:
+    """This node's owner directory: its own node config, or its partition id among `owner_dirs`."""
+    if OWNER_DIR in context.node_config:
+        return Path(str(context.node_config[OWNER_DIR]))
+    if owner_dirs is None:
+        raise ValueError(f'this SuperNode names no data owner: start it with --node-config "{OWNER_DIR}=DIR"')
+    return Path(owner_dirs[int(context.node_config["partition-id"])])
+
+
+def make_client_app(owner_dirs: list[str] | None = None) -> ClientApp:
+    """The ClientApp; `owner_dirs` names the owners of a simulation (deployed nodes name their own)."""
+
+    def client_fn(context: Context):
+        return OwnerClient(owner_dir_of(context, owner_dirs)).to_client()
+
+    return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
+
+
+app = make_client_app()

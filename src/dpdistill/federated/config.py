@@ -1,0 +1,102 @@
+"""The settings of a federated run, checked on construction so that a bad value fails before any owner trains."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.federated.protocol import check_dropouts
+from dpdistill.training.teacher import TeacherConfig
+
+FEDERATED_METHODS = ("pate",)
+ENGINES = ("simulation", "deployment")
+DEFAULT_MEMBERS = {"pate": 10, "dpsd": 1}  # teachers each owner trains on its own data
+
+
+@dataclass(frozen=True)
+class FederatedConfig:
+    """A federation of `clients` data owners and the route that transcribes their teachers."""
+
+    epsilon: float | None
+    dataset: str
+    clients: int
+    method: str = "pate"
+    delta: float = 1e-5
+    dirichlet_alpha: float | None = None  # owners' holdings: Dirichlet(alpha) per class; None: an even keyed split
+    dropouts: int = 0  # owners that may fail in a round while the sum still carries the planned noise
+    engine: str = "simulation"
+    members_per_owner: int | None = None  # None: DEFAULT_MEMBERS of the method
+    teacher_arch: str = "cnn"
+    teacher_init: str | None = None  # as `train-teacher --init` (scatter: heads on scattering features)
+    teacher_heads_only: bool = False
+    teacher_epochs: int = 5
+    teacher_lr: float = 1e-3
+    teacher_weight_decay: float = 0.0
+    teacher_min_steps: int = 0
+    round_queries: int = 250  # query rows per secure-aggregation round
+    stage_timeout: float = 120.0  # seconds the server waits for the owners' replies in each SecAgg+ stage
+    # PATE: the server's side, as `dpdistill pate`
+    queries: int = 1000
+    public: str | None = None
+    public_size: int | None = None
+    answer_targets: str = "argmax"
+    self_training_rounds: int = 1
+    student_arch: str = "datalens"
+    epochs: int = 10
+    min_steps: int = 1500
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.epsilon is None:
+            raise PrivacyParameterError("a privacy budget --epsilon is required")
+        if self.method not in FEDERATED_METHODS:
+            raise ConfigError(f"unknown federated method {self.method!r}; choose one of {', '.join(FEDERATED_METHODS)}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        check_dropouts(self.clients, self.dropouts)
+        if self.dirichlet_alpha is not None and not self.dirichlet_alpha > 0:
+            raise ConfigError(f"the Dirichlet concentration must be positive, got {self.dirichlet_alpha}")
+        for name in ("members", "round_queries", "queries", "teacher_epochs"):
+            value = self.members if name == "members" else getattr(self, name)
+            if value < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+        if not self.stage_timeout > 0:
+            raise ConfigError(f"stage-timeout must be positive, got {self.stage_timeout}")
+        self.teacher_config()  # its own checks, now rather than after some owners trained
+        self.pate_config()
+
+    @property
+    def members(self) -> int:
+        return self.members_per_owner or DEFAULT_MEMBERS[self.method]
+
+    def teacher_config(self) -> TeacherConfig:
+        """What each owner trains its teachers with (owners' side; in a real federation each owner's own choice)."""
+        return TeacherConfig(arch=self.teacher_arch, epochs=self.teacher_epochs, lr=self.teacher_lr,
+                             min_steps=self.teacher_min_steps, init=self.teacher_init,
+                             heads_only=self.teacher_heads_only, weight_decay=self.teacher_weight_decay,
+                             seed=self.seed, device=self.device)
+
+    def pate_config(self) -> "PateConfig":
+        """The server's PATE settings: which public images are asked, how the student learns from the answers."""
+        from dpdistill.methods.pate import PateConfig
+
+        return PateConfig(epsilon=self.epsilon, delta=self.delta, dataset=self.dataset, queries=self.queries,
+                          public=self.public, public_size=self.public_size, answer_targets=self.answer_targets,
+                          self_training_rounds=self.self_training_rounds, student_arch=self.student_arch,
+                          epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size, lr=self.lr,
+                          seed=self.seed, device=self.device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "FederatedConfig":
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"the saved configuration does not describe a federated run ({error})") from error

@@ -1,0 +1,133 @@
+"""What crosses the wire between the server and the data owners, and the checks on both sides of it.
+
+Each round the server sends public (or covered synthetic) query images; each owner answers with an integer array
+(vote counts, or output gradients rounded to a grid) plus its own share of discrete Gaussian noise, drawn from
+secret randomness; secure aggregation (Flower's SecAgg+) reveals only the sum. Three things keep that sum exactly
+what the accounting describes:
+
+1. The owner's boundary (`checked_answer`): an answer of the wrong shape or with a non-finite value is refused (the
+   owner then takes no part in the round, like a dropout); rows above their L2 bound are clipped to it. Nothing
+   the owner's model does can raise the sensitivity.
+2. Exact integer encoding (`Encoding`): SecAgg+ shifts values by its clipping range C and quantises them with
+   Q / 2C levels per unit; with Q = 2C an integer is its own quantisation, so the server's sum is exact. C is a
+   power of two far beyond any answer plus noise: the chance that a share is clipped is below `CLIP_TAIL` over the
+   whole run (a term of delta far below any stated delta, and stated in the report).
+3. The threshold: SecAgg+ unmasks a sum only with `owners - dropouts` owners' shares, more than half of them, so
+   the server never sees a sum of fewer noise shares than the accounting assumes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery
+from dpdistill.privacy.randomness import NoiseSource
+
+TAIL_SIGMAS = 40  # C >= largest answer + 40 share sigmas: a discrete Gaussian share passes it w.p. < exp(-800)
+CLIP_TAIL = 1e-300  # a bound on the chance that any share in a run is clipped, at TAIL_SIGMAS
+MODULUS_BITS = 32  # SecAgg+'s modulus: the sum of every owner's shifted answer must stay below 2^32
+
+
+class AnswerRejected(Exception):
+    """An owner's answer failed its boundary check: the owner sits the round out."""
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """SecAgg+'s fixed-point settings that carry integers exactly: clipping range C, quantisation range 2C."""
+
+    clipping_range: int
+
+    @classmethod
+    def for_answers(cls, largest: float, share_sigma: float, owners: int) -> "Encoding":
+        """The smallest power-of-two C above the largest possible answer plus TAIL_SIGMAS noise shares; refused
+        when the owners' shifted sum could overflow SecAgg+'s modulus."""
+        needed = largest + TAIL_SIGMAS * share_sigma
+        clipping = 2 ** max(1, math.ceil(math.log2(needed)))
+        if owners * 2 * clipping >= 2**MODULUS_BITS:
+            raise PrivacyParameterError(f"{owners} owners' answers up to {largest:g} with noise shares of sigma "
+                                        f"{share_sigma:.3g} overflow secure aggregation's 32-bit sums: use fewer "
+                                        f"owners or a smaller grid")
+        return cls(clipping)
+
+    @property
+    def quantization_range(self) -> int:
+        return 2 * self.clipping_range
+
+    def encode(self, values: Tensor) -> np.ndarray:
+        """An integer tensor as the float64 array SecAgg+ quantises to exactly itself."""
+        array = values.to(torch.int64).numpy().astype(np.float64)
+        if np.abs(array).max(initial=0) >= self.clipping_range:  # beyond CLIP_TAIL: never under the planned noise
+            raise AnswerRejected(f"a noisy answer reached the clipping range {self.clipping_range}")
+        return array
+
+    @staticmethod
+    def decode_sum(mean: np.ndarray, contributors: int) -> Tensor:
+        """SecAgg+ hands over the contributors' mean; their integer sum, exactly."""
+        return torch.from_numpy(np.rint(np.asarray(mean, dtype=np.float64) * contributors)).to(torch.int64)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """Everything an owner needs to answer a round, fixed by the server's plan and sent with the run."""
+
+    method: str  # "pate": vote counts; "dpsd": output gradients on a grid
+    num_classes: int
+    in_shape: tuple[int, ...]
+    share_sigma: float  # each owner's discrete Gaussian share, in answer units
+    clipping_range: int
+    row_bound: float  # L2 bound of one owner's answer row before the grid (votes: its member count)
+    member_sensitivity: float  # how far one example moves that row: sqrt 2 for votes, 2 beta for gradients
+    grid: float = 1.0  # integer steps per unit of the answer (dpsd: 1 / the gradient grid's step); votes: 1
+    gradient: dict[str, Any] | None = None  # dpsd: the distillation gradient's settings (loss, top_k, beta...)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Wire":
+        return cls(**{**data, "in_shape": tuple(data["in_shape"])})
+
+
+def checked_answer(answer: Tensor, rows: int, wire: Wire) -> Tensor:
+    """The owner's boundary: refuse the wrong shape or a non-finite value, clip each row to its L2 bound."""
+    expected = (rows, wire.num_classes)
+    if tuple(answer.shape) != expected:
+        raise AnswerRejected(f"answer of shape {tuple(answer.shape)}, the round asks {expected}")
+    if not torch.isfinite(answer).all():
+        raise AnswerRejected("answer with a non-finite value")
+    answer = answer.double()
+    norms = answer.norm(dim=1, keepdim=True)
+    return answer * torch.clamp(wire.row_bound / norms.clamp(min=1e-300), max=1.0)
+
+
+def noisy_share(answer: Tensor, wire: Wire, noise: NoiseSource) -> np.ndarray:
+    """The owner's contribution: its checked answer on the integer grid plus its discrete Gaussian share."""
+    on_grid = torch.round(answer * wire.grid).to(torch.int64)
+    share = noise.discrete_gaussian(tuple(on_grid.shape), wire.share_sigma)
+    return Encoding(wire.clipping_range).encode(on_grid + share)
+
+
+def query_cost(wire: Wire, owners: int, dropouts: int) -> DistributedDiscreteGaussianQuery:
+    """One query row's privacy cost. One example changes one member of one owner, moving that owner's row by
+    `member_sensitivity`; rounding real answers to the grid moves each of the two rows by up to sqrt(classes) / 2
+    more (vote counts are integers already)."""
+    rounding = 0.0 if wire.method == "pate" else math.sqrt(wire.num_classes)
+    sensitivity = wire.member_sensitivity * wire.grid + rounding
+    return DistributedDiscreteGaussianQuery(wire.share_sigma, sensitivity, wire.num_classes, owners, dropouts)
+
+
+def check_dropouts(owners: int, dropouts: int) -> None:
+    """SecAgg+ is secure only while the reconstruction threshold owners - dropouts exceeds half the owners."""
+    if owners < 2:
+        raise ConfigError(f"secure aggregation needs at least 2 data owners, got {owners}")
+    if not 0 <= dropouts or 2 * (owners - dropouts) <= owners:
+        raise ConfigError(f"{owners} owners tolerate 0 to {(owners - 1) // 2} dropouts (the threshold must stay "
+                          f"above half), got {dropouts}")

@@ -1,0 +1,230 @@
+"""The server's side (Flower ServerApp): send each round's queries to the owners and receive only their sum.
+
+Each round runs Flower's SecAgg+ workflow on a one-round strategy: the owners' noisy integer answers are masked,
+summed and unmasked only if at least the threshold's owners (owners - dropouts) contributed, so the server never
+sees one owner's answer, nor a sum carrying less noise than the accounting charged. Every released sum is kept in
+the round journal before the next round starts; a restarted server continues after the last kept round. A round
+that cannot be completed stops the run cleanly: the failure is recorded, nothing of that round is released.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import flwr.compat.common.recorddict_compat as compat
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from flwr.common import FitIns, GetPropertiesIns, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.constant import MessageTypeLegacy
+from flwr.server import LegacyContext
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
+from flwr.serverapp import Grid, ServerApp
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from dpdistill.atomic import write_atomically
+from dpdistill.federated.protocol import Encoding, Wire
+
+PLAN = "plan"  # run config key: the federation plan's path (deployment)
+FAILURE_FILE = "failure.json"
+OWNER_WAIT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class FederationPlan:
+    """What the server runs: the wire every owner answers by, the owners and threshold, the queries, the journal."""
+
+    wire: Wire
+    owners: int
+    dropouts: int
+    round_queries: int
+    queries_file: str  # safetensors with "images": the public (or covered synthetic) images asked about
+    journal_dir: str
+    stage_timeout: float
+
+    def save(self, path: Path) -> None:
+        payload = {**asdict(self), "wire": self.wire.to_json()}
+        write_atomically({path: lambda temporary: temporary.write_text(json.dumps(payload, indent=2))})
+
+    @classmethod
+    def load(cls, path: Path) -> "FederationPlan":
+        data = json.loads(path.read_text())
+        return cls(**{**data, "wire": Wire.from_json(data["wire"])})
+
+    def rounds(self, rows: int) -> list[slice]:
+        return [slice(start, min(start + self.round_queries, rows)) for start in range(0, rows, self.round_queries)]
+
+
+class RoundJournal:
+    """The released sums, one file per round, written before the next round is asked."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, index: int) -> Path:
+        return self.directory / f"round-{index:04d}.safetensors"
+
+    def write(self, index: int, total: Tensor, contributors: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tensors = {"sum": total.contiguous(), "contributors": torch.tensor([contributors])}
+        write_atomically({self.path(index): lambda temporary: save_file(tensors, temporary)})
+
+    def lose(self, index: int) -> None:
+        """The round was asked but not completed: spent, never answered again."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path(index).with_suffix(".lost").touch()
+
+    def lost(self, index: int) -> bool:
+        return self.path(index).with_suffix(".lost").exists()
+
+    def done(self, index: int) -> bool:
+        return self.path(index).exists() or self.lost(index)
+
+    def read(self, index: int) -> tuple[Tensor, int] | None:
+        if not self.path(index).exists():
+            return None
+        tensors = load_file(self.path(index))
+        return tensors["sum"], int(tensors["contributors"][0])
+
+    def fail(self, index: int, reason: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"round": index, "reason": reason})
+        write_atomically({self.directory / FAILURE_FILE: lambda temporary: temporary.write_text(text)})
+
+    def failure(self) -> dict[str, Any] | None:
+        path = self.directory / FAILURE_FILE
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def clear_failure(self) -> None:
+        (self.directory / FAILURE_FILE).unlink(missing_ok=True)
+
+
+class _OneRound(Strategy):
+    """A strategy for exactly one SecAgg+ round: every owner gets the same query; the sum is kept."""
+
+    def __init__(self, proxies: list[GridClientProxy], query: FitIns) -> None:
+        self.proxies, self.query = proxies, query
+        self.mean: np.ndarray | None = None
+        self.contributors = 0
+
+    def initialize_parameters(self, client_manager: Any) -> None:
+        return None
+
+    def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        return [(proxy, self.query) for proxy in self.proxies]
+
+    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+        if results:  # SecAgg+ hands every result the same unmasked mean
+            self.mean = parameters_to_ndarrays(results[0][1].parameters)[0]
+            self.contributors = len(results)
+        return None, {}
+
+    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple[None, dict]:
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Any) -> None:
+        return None
+
+
+def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.ndarray], plan: FederationPlan,
+               index: int) -> tuple[Tensor, int] | None:
+    """The owners' summed noisy answers to `arrays` and how many owners contributed, or None when fewer than the
+    threshold completed the round (then SecAgg+ reveals nothing)."""
+    encoding = Encoding(plan.wire.clipping_range)
+    query = FitIns(ndarrays_to_parameters(arrays), {"wire": json.dumps(plan.wire.to_json())})
+    strategy = _OneRound([GridClientProxy(node, grid, context.run_id) for node in nodes], query)
+    legacy = LegacyContext(context, strategy=strategy)
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: index + 1})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+    threshold = plan.owners - plan.dropouts
+    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=threshold / plan.owners, max_weight=1.0,
+                                  clipping_range=float(encoding.clipping_range),
+                                  quantization_range=encoding.quantization_range, timeout=plan.stage_timeout)
+    workflow(grid, legacy)
+    if strategy.mean is None or strategy.contributors < threshold:
+        return None
+    return Encoding.decode_sum(strategy.mean, strategy.contributors), strategy.contributors
+
+
+def owner_names(grid: Grid, nodes: list[int], timeout: float) -> dict[int, str]:
+    """Each answering node's owner name, asked of all nodes at once; a node silent for `timeout` is left out."""
+    content = compat.getpropertiesins_to_recorddict(GetPropertiesIns({}))
+    messages = [Message(content=content, message_type=MessageTypeLegacy.GET_PROPERTIES, dst_node_id=node)
+                for node in nodes]
+    names = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        if not reply.has_error():
+            names[reply.metadata.src_node_id] = str(
+                compat.recorddict_to_getpropertiesres(reply.content).properties.get("owner"))
+    return names
+
+
+def owner_nodes(grid: Grid, owners: int, timeout: float, wait: float = OWNER_WAIT_SECONDS) -> list[int]:
+    """The nodes of the `owners` owners, once all have joined; refused if two nodes speak for one owner."""
+    deadline = time.monotonic() + wait
+    nodes = sorted(grid.get_node_ids())
+    while len(nodes) < owners:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(nodes)} of {owners} data owners joined within {wait:.0f} s")
+        time.sleep(1.0)
+        nodes = sorted(grid.get_node_ids())
+    names = owner_names(grid, nodes, timeout)
+    if len(set(names.values())) != len(nodes) or len(nodes) != owners:
+        raise RuntimeError(f"the federation expects {owners} distinct data owners; its nodes name "
+                           f"{sorted(names.values())}")
+    return nodes
+
+
+def run_rounds(grid: Grid, context: Context, plan: FederationPlan) -> None:
+    """Ask every round not yet in the journal, each of the owners that answer a roll call just before it.
+
+    A round that fails after the roll call (an owner lost during SecAgg+) is journaled as lost and skipped: a
+    curious server could still unmask the sum of the owners that completed it, which holds at least the
+    threshold's noise shares, so it counts as spent. Fewer owners at a roll call than the threshold stop the run."""
+    journal = RoundJournal(Path(plan.journal_dir))
+    journal.clear_failure()
+    images = load_file(plan.queries_file)["images"]
+    threshold = plan.owners - plan.dropouts
+    try:
+        nodes = owner_nodes(grid, plan.owners, plan.stage_timeout)
+    except RuntimeError as error:
+        journal.fail(-1, str(error))
+        return
+    for index, rows in enumerate(plan.rounds(len(images))):
+        if journal.done(index):
+            continue
+        nodes = sorted(owner_names(grid, nodes, plan.stage_timeout))
+        if len(nodes) < threshold:
+            journal.fail(index, f"{len(nodes)} of {plan.owners} data owners answered the roll call; the noise "
+                                f"shares were sized for at least {threshold}")
+            return
+        result = secure_sum(grid, context, nodes, [images[rows].numpy()], plan, index)
+        if result is None:
+            journal.lose(index)
+        else:
+            journal.write(index, *result)
+
+
+def make_server_app(plan_path: Path | None = None) -> ServerApp:
+    """The ServerApp; `plan_path` for a simulation (a deployed run names its plan in the run config)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_rounds(grid, context, FederationPlan.load(plan_path or Path(str(context.run_config[PLAN]))))
+
+    return app
+
+
+app = make_server_app()

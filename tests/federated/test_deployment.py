@@ -1,0 +1,51 @@
+"""The deployment engine: a SuperLink and one SuperNode per owner as real processes on loopback. An owner killed
+mid-run leaves the later rounds to the others (never fewer than the threshold the noise was sized for), the run
+completes, and no process the deployment started outlives it."""
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from safetensors.torch import save_file
+
+from dpdistill.data import load_dataset
+from dpdistill.federated.config import FederatedConfig
+from dpdistill.federated.engines import deploy
+from dpdistill.federated.owners import prepare_owners
+from dpdistill.federated.server_app import FederationPlan, RoundJournal
+from dpdistill.methods.federated import plan_votes
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_killed_owner_leaves_a_completed_run_with_enough_noise_and_no_process_behind(tmp_path: Path):
+    config = FederatedConfig(epsilon=10.0, dataset="digits", clients=3, dropouts=1, members_per_owner=2,
+                             teacher_epochs=1, queries=40)
+    owner_dirs = prepare_owners(tmp_path / "owners", config)
+    wire, query = plan_votes(config, 10, (1, 8, 8))
+    save_file({"images": load_dataset("digits").x_test[:40].contiguous()}, tmp_path / "queries.safetensors")
+    plan = FederationPlan(wire, 3, 1, 20, str(tmp_path / "queries.safetensors"), str(tmp_path / "rounds"), 30.0)
+    plan.save(tmp_path / "plan.json")
+    journal, started = RoundJournal(tmp_path / "rounds"), []
+
+    def kill_an_owner_after_the_first_round(processes) -> None:
+        started.extend(processes.pids())
+        supernode = processes.started[2]  # owner 1's SuperNode (the first process is the SuperLink)
+
+        def watch() -> None:
+            while journal.read(0) is None and supernode.poll() is None:
+                threading.Event().wait(0.5)
+            os.killpg(supernode.pid, signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    outcome = deploy(tmp_path / "plan.json", owner_dirs, tmp_path / "deployment", kill_an_owner_after_the_first_round)
+    assert outcome["status"] == "finished:completed", outcome
+    assert [journal.read(index)[1] for index in range(2)] == [3, 2]  # round 2 without the killed owner
+    assert query.total_sigma == pytest.approx(wire.share_sigma * 2**0.5)  # what the threshold's sum carries
+    assert len(started) == 4
+    for pid in started:  # each process group the deployment started is gone
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)

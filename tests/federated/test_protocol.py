@@ -1,0 +1,69 @@
+"""The wire between owners and server: integers cross SecAgg+'s fixed-point encoding exactly, the owner's
+boundary refuses or clips what would break the accounting, and each owner's noise share has the planned size."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from flwr.common.secure_aggregation.quantization import dequantize, quantize
+
+from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.federated.protocol import (AnswerRejected, Encoding, Wire, check_dropouts, checked_answer,
+                                          noisy_share, query_cost)
+from dpdistill.privacy.randomness import noise_source
+
+VOTES = Wire("pate", 10, (1, 8, 8), 3.0, 64, 4.0, math.sqrt(2))
+
+
+def test_integers_cross_secure_aggregation_exactly():
+    """Flower's quantisation, summed as SecAgg+ sums and dequantised as its server does, gives back the owners'
+    integer sum: with Q = 2C an integer is its own quantisation."""
+    encoding = Encoding.for_answers(largest=20, share_sigma=3.0, owners=3)
+    owners = [torch.randint(-200, 200, (50, 10)) for _ in range(3)]
+    quantised = [quantize([encoding.encode(answer)], encoding.clipping_range, encoding.quantization_range)[0]
+                 for answer in owners]
+    total = dequantize([sum(q.astype(np.int64) for q in quantised)], encoding.clipping_range,
+                       encoding.quantization_range)[0]
+    mean = (total - (len(owners) - 1) * encoding.clipping_range) / len(owners)  # SecAgg+'s offset and weighting
+    assert torch.equal(Encoding.decode_sum(mean, len(owners)), sum(owners))
+
+
+def test_the_clipping_range_leaves_room_for_the_noise_and_fits_the_modulus():
+    encoding = Encoding.for_answers(largest=20, share_sigma=3.0, owners=50)
+    assert encoding.clipping_range >= 20 + 40 * 3.0 and encoding.clipping_range & (encoding.clipping_range - 1) == 0
+    with pytest.raises(PrivacyParameterError, match="overflow"):
+        Encoding.for_answers(largest=1e6, share_sigma=1e3, owners=3000)
+    with pytest.raises(AnswerRejected, match="clipping range"):
+        encoding.encode(torch.tensor([encoding.clipping_range]))
+
+
+def test_the_owner_boundary_refuses_bad_answers_and_clips_large_rows():
+    with pytest.raises(AnswerRejected, match="shape"):
+        checked_answer(torch.zeros(5, 9), 5, VOTES)
+    with pytest.raises(AnswerRejected, match="non-finite"):
+        checked_answer(torch.full((5, 10), float("nan")), 5, VOTES)
+    rows = torch.zeros(2, 10)
+    rows[0, :2] = 3.0  # norm 4.24 > the bound 4
+    rows[1, 0] = 2.0
+    checked = checked_answer(rows, 2, VOTES)
+    assert checked[0].norm().item() == pytest.approx(4.0) and torch.equal(checked[1], rows[1].double())
+
+
+def test_each_owner_adds_integer_noise_of_the_planned_size():
+    share = noisy_share(torch.zeros(1000, 10, dtype=torch.float64), VOTES, noise_source())
+    assert share.dtype == np.float64 and np.array_equal(share, np.rint(share))
+    assert abs(share.mean()) < 0.1 and share.std() == pytest.approx(3.0, rel=0.05)
+
+
+def test_a_query_costs_what_one_example_can_move():
+    assert query_cost(VOTES, 5, 0).sensitivity == pytest.approx(math.sqrt(2))  # one vote: two counts by one
+    gradients = Wire("dpsd", 10, (1, 8, 8), 3.0, 1024, 1e-3, 2e-3, grid=1e5)
+    assert query_cost(gradients, 5, 0).sensitivity == pytest.approx(2e-3 * 1e5 + math.sqrt(10))  # and the rounding
+
+
+def test_secure_aggregation_needs_a_threshold_above_half():
+    check_dropouts(5, 2)
+    for owners, dropouts in ((5, 3), (4, 2), (1, 0)):
+        with pytest.raises(ConfigError):
+            check_dropouts(owners, dropouts)

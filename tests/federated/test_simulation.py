@@ -1,0 +1,95 @@
+"""Federated PATE on Flower's simulation: the server's sums are the owners' exact votes plus noise of the planned
+size; an owner whose answers fail its boundary sits the round out, and the run either completes with the others
+(the noise shares were sized for it) or stops cleanly, releasing nothing under-noised, and resumes."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from dpdistill.data import load_dataset
+from dpdistill.data.public import public_split
+from dpdistill.federated.config import FederatedConfig
+from dpdistill.federated.owners import owner_directory
+from dpdistill.methods.federated import FederationError
+from dpdistill.methods.pate import ANSWERS_FILE
+from dpdistill.methods.teachers import read_teacher
+from dpdistill.models.ensemble import plurality_counts
+from dpdistill.pipeline import federated
+
+pytestmark = pytest.mark.slow
+SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
+                teacher_min_steps=100, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
+
+
+@pytest.fixture(scope="module")
+def owners(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("federation") / "owners"
+
+
+def exact_votes(owner_dirs: list[Path], report: dict, out: Path) -> torch.Tensor:
+    """Each owner's members' vote counts on the asked images, summed: what the noise hides."""
+    answers = load_file(out / ANSWERS_FILE)
+    pool = public_split(load_dataset("digits"), None, 200).pool[answers["indices"]]
+    votes = []
+    for directory in owner_dirs:
+        ensemble, _ = read_teacher(directory)
+        with torch.inference_mode():
+            votes.append(plurality_counts(ensemble.member_logits(pool), 10))
+    return torch.stack(votes)
+
+
+def run(out: Path, owners: Path, **changes) -> dict:
+    return federated(FederatedConfig(**{"epsilon": 30.0, **SETTINGS, **changes}), out, owners)
+
+
+def test_the_sums_are_the_owners_votes_plus_the_planned_noise(tmp_path: Path, owners: Path):
+    report = run(tmp_path / "run", owners)
+    assert report["federation"]["contributors"] == [5, 5] and report["privacy"]["epsilon"] <= 30.0
+    votes = load_file(tmp_path / "run" / ANSWERS_FILE)["votes"]
+    residual = votes - exact_votes([owner_directory(owners, i) for i in range(5)], report, tmp_path / "run").sum(0)
+    sigma = report["privacy"]["share_sigma"] * 5**0.5
+    assert abs(residual.mean().item()) < 0.1 * sigma and residual.std().item() == pytest.approx(sigma, rel=0.1)
+    assert report["accuracy"]["student"] > 0.5  # measured 0.70 (its answers 0.80)
+    ledger = json.loads((owners / "ledger.json").read_text())
+    assert ledger["entries"][-1]["status"] == "spent" and ledger["entries"][-1]["discrete"] is True
+
+
+@pytest.fixture
+def broken_owner(owners: Path):
+    """Owner 2's first member answers NaN (its weights damaged); restored afterwards."""
+    weights = owner_directory(owners, 2) / "member-000" / "model.safetensors"
+    kept = weights.with_suffix(".kept")
+    shutil.copyfile(weights, kept)
+    tensors = load_file(weights)
+    save_file({name: torch.full_like(value, float("nan")) if value.is_floating_point() else value
+               for name, value in tensors.items()}, weights)
+    yield weights
+    shutil.copyfile(kept, weights)
+
+
+def test_a_refused_owner_is_a_dropout_the_noise_was_sized_for(tmp_path: Path, owners: Path, broken_owner: Path):
+    report = run(tmp_path / "run", owners, dropouts=1)
+    assert report["federation"]["contributors"] == [4, 4] and report["privacy"]["threshold"] == 4
+    healthy = [owner_directory(owners, i) for i in (0, 1, 3, 4)]
+    residual = (load_file(tmp_path / "run" / ANSWERS_FILE)["votes"]
+                - exact_votes(healthy, report, tmp_path / "run").sum(0))
+    sigma = report["privacy"]["share_sigma"] * 4**0.5  # the planned noise at the threshold: no less
+    assert residual.std().item() == pytest.approx(sigma, rel=0.1)
+
+
+def test_without_dropouts_a_refused_owner_stops_the_run_and_resume_finishes_it(tmp_path: Path, owners: Path,
+                                                                               broken_owner: Path):
+    out = tmp_path / "run"
+    with pytest.raises(FederationError, match="stopped at round 1 of 2"):
+        run(out, owners)
+    assert not (out / ANSWERS_FILE).exists() and not list((out / "private").rglob("round-*.safetensors"))
+    reserved = json.loads((owners / "ledger.json").read_text())["entries"][-1]
+    assert reserved["status"] == "reserved" and reserved["out_dir"] == str(out)
+    shutil.copyfile(broken_owner.with_suffix(".kept"), broken_owner)  # the owner repairs its teacher
+    report = federated(None, out, resume=True)
+    assert report["federation"]["contributors"] == [5, 5] and report["resumed"] is True
+    assert json.loads((owners / "ledger.json").read_text())["entries"][-1]["status"] == "spent"
