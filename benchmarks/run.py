@@ -230,7 +230,27 @@ def scattering_rows(dataset: str, headline_seeds: int) -> list[Run]:
                       f"scattering features, scatter-cnn student", dataset, epsilon, 500, 1, heads,
                       "--student-arch", "scatter-cnn", "--answer-targets", "posterior")
              for epsilon in ("1", "10")]
-    return runs
+    return runs + federated_rows(dataset)
+
+
+FEDERATED_OWNERS = ((50, ("1", "10")), (250, ("1",)))
+# the members of `teachers-1000-heads-scatter`, trained the same way by each owner on its own examples
+FEDERATED_TEACHERS = ("--set", "teacher_init=scatter", "--set", "teacher_heads_only=true", "--set", "teacher_lr=0.01",
+                      "--set", "teacher_weight_decay=0.01", "--set", "teacher_min_steps=300")  # train-teacher's
+
+
+def federated_rows(dataset: str) -> list[Run]:
+    """Federated PATE (Flower simulation, SecAgg+): the 1,000 scattering heads of `pate-1000-heads-scatter-*`
+    spread over M owners (an even keyed split, 1,000 / M heads each), the same 500 answers and student, the noise
+    each owner's share of the distributed discrete Gaussian at the same sound epsilon."""
+    return [Run(f"federated-pate-{owners}-owners-eps{epsilon}-{dataset}",
+                f"federated PATE, {owners} owners x {SCATTER_HEADS // owners} heads on scattering features, "
+                f"scatter-cnn student, 500 answers", dataset,
+                ("--clients", str(owners), "--method", "pate", "--epsilon", epsilon, "--members-per-owner",
+                 str(SCATTER_HEADS // owners), "--queries", "500", "--student-arch", "scatter-cnn",
+                 "--set", "answer_targets=posterior", *FEDERATED_TEACHERS), command="federated",
+                quick_args=("--set", "epochs=1", "--set", "min_steps=10", "--set", "teacher_min_steps=10"))
+            for owners, epsilons in FEDERATED_OWNERS for epsilon in epsilons]
 
 
 def siblings(dataset: str, headline_seeds: int) -> list[Run]:
@@ -617,6 +637,11 @@ TARGETS = (
            75),
     Target("covered data-free transcription at epsilon 1 at least 65%", "pate-1000-heads-scatter-dpmerf-eps1-fmnist",
            65),
+    # within one point of the single-machine rows `pate-1000-heads-scatter-eps{1,10}-q500-fmnist` (77.96, 78.10)
+    Target("federated PATE, 50 owners, epsilon 1: within 1 point of one machine's 77.96%",
+           "federated-pate-50-owners-eps1-fmnist", 76.96),
+    Target("federated PATE, 50 owners, epsilon 10: within 1 point of one machine's 78.10%",
+           "federated-pate-50-owners-eps10-fmnist", 77.10),
 )
 
 # (route, what it needs, rows): `{d}` is the data set; rows absent from the results are left out.
@@ -647,6 +672,10 @@ ROUTES = (
      ("dpmerf-eps1-{d}", "dpmerf-eps10-{d}")),
     ("covered data-free transcription: PATE, scattering heads, asked about DP-MERF images only", "an ensemble",
      ("pate-1000-heads-scatter-dpmerf-eps1-{d}", "pate-1000-heads-scatter-dpmerf-eps10-{d}")),
+    ("PATE, scattering heads, on one machine / across owners (federated, SecAgg+)",
+     "an ensemble (one machine / M owners), public images",
+     ("pate-1000-heads-scatter-eps1-q500-{d}", "pate-1000-heads-scatter-eps10-q500-{d}",
+      "federated-pate-50-owners-eps1-{d}", "federated-pate-50-owners-eps10-{d}", "federated-pate-250-owners-eps1-{d}")),
 )
 DATASET_NAMES = {"fmnist": "Fashion-MNIST", "mnist": "MNIST set (8,000 / 2,000)", "digits": "digits"}
 

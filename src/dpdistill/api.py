@@ -136,6 +136,19 @@ def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | No
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
+def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path | None = None, resume: bool = False,
+              overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
+    """`dpdistill federated`: `options` are FederatedConfig's fields (epsilon, method, dirichlet_alpha, dropouts,
+    engine, members_per_owner, queries, ...); `owners`: the owners' directory (default OUT-owners); with `resume`,
+    the run's saved settings instead."""
+    from dpdistill.federated.config import FederatedConfig
+
+    out = Path(out)
+    config = None if resume else FederatedConfig(dataset=dataset, clients=clients, **options)
+    report = pipeline.federated(config, out, None if owners is None else Path(owners), resume, progress, overwrite)
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
 def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwrite: bool = False,
                   progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill train-private`: `options` are PrivateTrainingConfig's fields (method, epsilon, student_arch,

@@ -38,7 +38,8 @@ OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
 SAMPLE_SOURCE = typer.Option(None, help="ask about the images of this `dpdistill synthesize` --out; its epsilon "
                                         "counts in --epsilon")
 
-POSITION_KEYS = ("done", "iteration", "epoch", "member", "round", "step")  # where a progress record says how far it is
+# where a progress record says how far it is
+POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
 
 
 class PrivacyModeOption(str, Enum):

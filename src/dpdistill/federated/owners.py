@@ -66,7 +66,7 @@ def prepare_owners(root: Path, config: FederatedConfig, progress: Progress | Non
             train_teacher_ensemble(config.dataset, directory, config.teacher_config(), config.members,
                                    resume=resume, overwrite=directory.exists() and not resume, holding=holding)
         if progress:
-            progress({"owner": index + 1, "owners": len(holdings), "examples": len(holding)})
+            progress({"owner": index + 1, "total": len(holdings), "examples": len(holding)})
         directories.append(directory)
     return directories
 

@@ -25,6 +25,7 @@ from flwr.server import LegacyContext
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
 from flwr.serverapp import Grid, ServerApp
 from safetensors.torch import load_file, save_file
@@ -137,10 +138,14 @@ class _OneRound(Strategy):
         return None
 
 
+LOST = "lost"  # a round that reached SecAgg+'s unmasking and failed there
+
+
 def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.ndarray], plan: FederationPlan,
-               index: int) -> tuple[Tensor, int] | None:
-    """The owners' summed noisy answers to `arrays` and how many owners contributed, or None when fewer than the
-    threshold completed the round (then SecAgg+ reveals nothing)."""
+               index: int) -> tuple[Tensor, int] | str | None:
+    """The owners' summed noisy answers to `arrays` and how many owners contributed; None when fewer than the
+    threshold completed the masked upload (SecAgg+ stops before unmasking: nothing is revealed); LOST when
+    unmasking itself failed (the server then holds key shares that could unmask the completed owners' sum)."""
     encoding = Encoding(plan.wire.clipping_range)
     query = FitIns(ndarrays_to_parameters(arrays), {"wire": json.dumps(plan.wire.to_json())})
     strategy = _OneRound([GridClientProxy(node, grid, context.run_id) for node in nodes], query)
@@ -151,9 +156,12 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.n
     workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=threshold / plan.owners, max_weight=1.0,
                                   clipping_range=float(encoding.clipping_range),
                                   quantization_range=encoding.quantization_range, timeout=plan.stage_timeout)
-    workflow(grid, legacy)
-    if strategy.mean is None or strategy.contributors < threshold:
-        return None
+    state = WorkflowState()  # the workflow's own stages, one by one: where it stops decides what was revealed
+    for stage in (workflow.setup_stage, workflow.share_keys_stage, workflow.collect_masked_vectors_stage):
+        if not stage(grid, legacy, state):
+            return None
+    if not workflow.unmask_stage(grid, legacy, state) or strategy.mean is None or strategy.contributors < threshold:
+        return LOST
     return Encoding.decode_sum(strategy.mean, strategy.contributors), strategy.contributors
 
 
@@ -189,9 +197,10 @@ def owner_nodes(grid: Grid, owners: int, timeout: float, wait: float = OWNER_WAI
 def run_rounds(grid: Grid, context: Context, plan: FederationPlan) -> None:
     """Ask every round not yet in the journal, each of the owners that answer a roll call just before it.
 
-    A round that fails after the roll call (an owner lost during SecAgg+) is journaled as lost and skipped: a
-    curious server could still unmask the sum of the owners that completed it, which holds at least the
-    threshold's noise shares, so it counts as spent. Fewer owners at a roll call than the threshold stop the run."""
+    Fewer owners than the threshold at a roll call, or in a round's masked upload, stop the run: nothing of that
+    round was revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never
+    exchanged keys) is journaled as lost and skipped: a curious server could still unmask the sum of the owners
+    that completed it, at least the threshold's noise shares, so it counts as spent."""
     journal = RoundJournal(Path(plan.journal_dir))
     journal.clear_failure()
     images = load_file(plan.queries_file)["images"]
@@ -211,6 +220,10 @@ def run_rounds(grid: Grid, context: Context, plan: FederationPlan) -> None:
             return
         result = secure_sum(grid, context, nodes, [images[rows].numpy()], plan, index)
         if result is None:
+            journal.fail(index, f"fewer than {threshold} of {plan.owners} data owners completed the round's masked "
+                                f"upload (nothing of it was revealed)")
+            return
+        if result == LOST:
             journal.lose(index)
         else:
             journal.write(index, *result)

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -112,14 +113,29 @@ class FederatedJob(Job):
         plan.save(self.state_dir / PLAN_FILE)
         return plan
 
-    def _federate(self, plan_path: Path) -> dict[str, Any]:
-        """Run the rounds not yet journaled on the chosen engine."""
-        started = time.perf_counter()
-        if self.config.engine == "simulation":
-            simulate(plan_path, self.owner_dirs)
-            return {"engine": "simulation", "wall_seconds": time.perf_counter() - started}
-        outcome = deploy(plan_path, self.owner_dirs, self.state_dir / "deployment")
-        return {"engine": "deployment", **outcome}
+    def _federate(self, plan: FederationPlan, plan_path: Path, rows: int) -> dict[str, Any]:
+        """Run the rounds not yet journaled on the chosen engine, reporting each journaled round as it lands."""
+        started, finished = time.perf_counter(), threading.Event()
+        watcher = threading.Thread(target=self._watch_rounds, args=(plan, rows, finished), daemon=True)
+        watcher.start()
+        try:
+            if self.config.engine == "simulation":
+                simulate(plan_path, self.owner_dirs)
+                return {"engine": "simulation", "wall_seconds": time.perf_counter() - started}
+            return {"engine": "deployment", **deploy(plan_path, self.owner_dirs, self.state_dir / "deployment")}
+        finally:
+            finished.set()
+            watcher.join()
+
+    def _watch_rounds(self, plan: FederationPlan, rows: int, finished: threading.Event) -> None:
+        journal, total, reported = RoundJournal(Path(plan.journal_dir)), len(plan.rounds(rows)), -1
+        while True:
+            done = sum(journal.done(index) for index in range(total))
+            if self.progress and done != reported:
+                self.progress({"round": done, "total": total})
+                reported = done
+            if finished.wait(1.0):
+                return
 
     def _answers(self, plan: FederationPlan, indices: torch.Tensor) -> tuple[Answers, list[int], list[int]]:
         """The released sums as PATE's answers (lost rounds left out: spent, unanswered), the owners that
@@ -155,12 +171,14 @@ class FederatedJob(Job):
         plan_path = self.state_dir / PLAN_FILE
         plan = FederationPlan.load(plan_path) if resume else self._write_plan(split.pool)
         indices = load_file(plan.queries_file)["indices"]
-        federation = self._federate(plan_path)
+        federation = self._federate(plan, plan_path, len(indices))
         answers, contributors, lost = self._answers(plan, indices)
         answers.save(self.state_dir / ANSWERS_FILE)
         release_seconds = time.perf_counter() - started
         sigma = self.wire.share_sigma * math.sqrt(min(contributors))  # the sums' noise, for posterior targets
-        student, history = train_student(split, answers, self.pate, num_classes, sigma, self.progress)
+        student_progress = None if self.progress is None else (
+            lambda record: self.progress({**record, "total": self.pate.progress_total()}))
+        student, history = train_student(split, answers, self.pate, num_classes, sigma, student_progress)
         privacy = {"epsilon": self.planned.epsilon, "delta": config.delta, "queries": config.queries,
                    "accountant": "dp-accounting RDP of the distributed discrete Gaussian (Kairouz, Liu and Steinke "
                                  "2021)",
