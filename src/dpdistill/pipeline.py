@@ -249,11 +249,16 @@ def interrupted_ensemble(out_dir: Path) -> dict | None:
 def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, device: str
                          ) -> tuple[float, float, Tensor]:
     """Test accuracy of the members' mean probability, of their plurality vote (what label-mode aggregation
-    counts, before noise) and of each member, from one pass of every member over the test split."""
+    counts, before noise) and of each member, from one pass of every member over the test split. Heads on a
+    fixed transform read its cached coefficients of the test split (a federation's owners share them)."""
     ensemble.to(device)
+    fixed = isinstance(ensemble, HeadEnsemble) and ensemble.encoder.fixed_backbone
+    features = (frozen_features(ensemble.encoder.backbone, dataset.x_test, torch.device(device), fixed=True)
+                if fixed else None)
     mean, vote, member_correct = [], [], torch.zeros(len(ensemble))
     for i in range(0, len(dataset.x_test), 1024):
-        member_logits = ensemble.member_logits(dataset.x_test[i:i + 1024].to(device))
+        member_logits = (ensemble.head_logits(features[i:i + 1024].to(device)) if fixed
+                         else ensemble.member_logits(dataset.x_test[i:i + 1024].to(device)))
         mean.append(ensemble.combine(member_logits).argmax(1).cpu())
         vote.append(plurality_counts(member_logits, dataset.num_classes).argmax(1).cpu())
         member_correct += (member_logits.argmax(-1).cpu() == dataset.y_test[i:i + 1024]).sum(1)
