@@ -39,6 +39,7 @@ from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.pate import ANSWERS_FILE, COVERS, Answers, answer_accuracy, choose_queries, train_student
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate
+from dpdistill.privacy.budget import SAME_UNDER_BOTH
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.reporting.report import federated_markdown
@@ -185,7 +186,9 @@ class FederatedJob(Job):
                    "aggregation": "each owner's members' vote counts plus its own discrete Gaussian share, summed "
                                   "by SecAgg+ (the server sees only the sum)",
                    "unit": "one private training example (held by one owner, it changes one member's vote)",
-                   "relation": "replace-one", "mode": "data", "owners": config.clients,
+                   **SAME_UNDER_BOTH, "epsilon_replace_one": self.planned.epsilon,
+                   "epsilon_add_remove": self.planned.epsilon, "epsilon_rdp": self.planned.epsilon,
+                   "budget_epsilon": config.epsilon, "mode": "data", "owners": config.clients,
                    "dropouts": config.dropouts, "threshold": config.clients - config.dropouts,
                    "share_sigma": self.wire.share_sigma, "sigma_at_threshold": self.query.total_sigma,
                    "noise_multiplier": self.query.noise_multiplier, "clipping_range": self.wire.clipping_range,
