@@ -303,6 +303,7 @@ def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | No
     missing: federated/owners.py) answer through secure aggregation; a student learns from the sums. With
     `resume`, the run saved in `out_dir` continues after its last released round, with its saved settings."""
     from dpdistill.federated.owners import check_owners, prepare_owners
+    from dpdistill.methods.federated import ServerPlan
     from dpdistill.methods.registry import method_named
 
     method = method_named("federated")
@@ -314,6 +315,7 @@ def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | No
         claim_out_dir(out_dir, resume, overwrite, saved is not None, "federated run")  # refuse before the owners train
         owners = owners or default_owners(out_dir)
         check_owners(owners, config)
+        ServerPlan.of(config)  # the server's side too: data set, public pool, noise
     if owners is not None and config is not None:
         prepare_owners(owners, config, progress)
     return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)

@@ -24,7 +24,7 @@ def test_a_killed_owner_leaves_a_completed_run_with_enough_noise_and_no_process_
     config = FederatedConfig(epsilon=10.0, dataset="digits", clients=3, dropouts=1, members_per_owner=2,
                              teacher_epochs=1, queries=40)
     owner_dirs = prepare_owners(tmp_path / "owners", config)
-    wire, query = plan_votes(config, 10, (1, 8, 8))
+    wire, query = plan_votes(config, 40, 10, (1, 8, 8))
     save_file({"images": load_dataset("digits").x_test[:40].contiguous()}, tmp_path / "queries.safetensors")
     plan = FederationPlan(wire, 3, 1, 20, str(tmp_path / "queries.safetensors"), str(tmp_path / "rounds"), 30.0)
     plan.save(tmp_path / "plan.json")

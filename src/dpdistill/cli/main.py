@@ -636,7 +636,8 @@ def federated_command(
                                                      "counting every run [default: OUT-owners]"),
     members_per_owner: Optional[int] = typer.Option(None, help="teachers each owner trains on its data "
                                                                "[default: 10]"),
-    queries: int = typer.Option(1000, help="public images the owners' teachers vote on"),
+    queries: Optional[int] = typer.Option(None, help="public images the owners' teachers vote on [default: "
+                                                     "1000, or the whole public pool if smaller]"),
     student_arch: str = typer.Option("datalens", help="the student's architecture"),
     seed: int = SEED,
     device: str = DEVICE,

@@ -6,13 +6,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.protocol import check_dropouts
 from dpdistill.training.teacher import TeacherConfig
 
 FEDERATED_METHODS = ("pate",)
 ENGINES = ("simulation", "deployment")
-DEFAULT_MEMBERS = {"pate": 10, "dpsd": 1}  # teachers each owner trains on its own data
+DEFAULT_MEMBERS = {"pate": 10}  # teachers each owner trains on its own data
+DEFAULT_QUERIES = 1000
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,9 @@ class FederatedConfig:
     round_queries: int = 250  # query rows per secure-aggregation round
     stage_timeout: float = 120.0  # seconds the server waits for the owners' replies in each SecAgg+ stage
     # PATE: the server's side, as `dpdistill pate`
-    queries: int = 1000
+    queries: int | None = None  # None: DEFAULT_QUERIES, or the whole public pool if it is smaller
     public: str | None = None
-    public_size: int | None = None
+    public_size: int | None = None  # None: PUBLIC_POOL_SIZE, or half the evaluation test split if that is smaller
     answer_targets: str = "argmax"
     self_training_rounds: int = 1
     student_arch: str = "datalens"
@@ -61,7 +63,7 @@ class FederatedConfig:
         check_dropouts(self.clients, self.dropouts)
         if self.dirichlet_alpha is not None and not self.dirichlet_alpha > 0:
             raise ConfigError(f"the Dirichlet concentration must be positive, got {self.dirichlet_alpha}")
-        for name in ("members", "round_queries", "queries", "teacher_epochs"):
+        for name in ("members", "round_queries", "teacher_epochs"):
             value = self.members if name == "members" else getattr(self, name)
             if value < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {value}")
@@ -81,12 +83,18 @@ class FederatedConfig:
                              heads_only=self.teacher_heads_only, weight_decay=self.teacher_weight_decay,
                              seed=self.seed, device=self.device)
 
-    def pate_config(self) -> "PateConfig":
-        """The server's PATE settings: which public images are asked, how the student learns from the answers."""
+    def pate_config(self, test_images: int | None = None) -> "PateConfig":
+        """The server's PATE settings: which public images are asked, how the student learns from the answers.
+        Unset sizes fit the evaluation set's `test_images` (a small data set keeps half its test split to measure
+        accuracy on)."""
         from dpdistill.methods.pate import PateConfig
 
-        return PateConfig(epsilon=self.epsilon, delta=self.delta, dataset=self.dataset, queries=self.queries,
-                          public=self.public, public_size=self.public_size, answer_targets=self.answer_targets,
+        pool = self.public_size
+        if pool is None:
+            pool = PUBLIC_POOL_SIZE if test_images is None or self.public else min(PUBLIC_POOL_SIZE, test_images // 2)
+        return PateConfig(epsilon=self.epsilon, delta=self.delta, dataset=self.dataset,
+                          queries=self.queries or min(DEFAULT_QUERIES, pool), public=self.public, public_size=pool,
+                          answer_targets=self.answer_targets,
                           self_training_rounds=self.self_training_rounds, student_arch=self.student_arch,
                           epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size, lr=self.lr,
                           seed=self.seed, device=self.device)

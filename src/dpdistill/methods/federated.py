@@ -2,9 +2,9 @@
 
 Several owners each hold private data and their own teachers; no party may see another's data or raw answers.
 1. Owners: each trains its teachers on the examples it holds (federated/owners.py simulates the owners here).
-2. Plan: the server fixes the queries (public images, or a covered sample source's) and calibrates each owner's
-   share of the noise so that the sum of at least `owners - dropouts` shares meets the budget
-   (`DistributedDiscreteGaussianQuery`, RDP, replace-one, one example held by one owner).
+2. Plan: the server fixes the queries (public images) and calibrates each owner's share of the noise so that the
+   sum of at least `owners - dropouts` shares meets the budget (`DistributedDiscreteGaussianQuery`, RDP,
+   replace-one, one example held by one owner).
 3. Ask: round by round, the owners answer the queries through secure aggregation (federated/server_app.py,
    client_app.py): each owner's vote counts plus its discrete Gaussian share, masked; the server learns the sum,
    which it journals before the next round.
@@ -20,6 +20,7 @@ import math
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from safetensors.torch import load_file, save_file
 
 from dpdistill.atomic import write_atomically
 from dpdistill.data import load_dataset
-from dpdistill.data.public import PUBLIC_POOL, public_split
+from dpdistill.data.base import ImageDataset
+from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
@@ -36,7 +38,8 @@ from dpdistill.federated.owners import check_owners, owner_directory
 from dpdistill.federated.protocol import CLIP_TAIL, Encoding, Wire, query_cost
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
-from dpdistill.methods.pate import ANSWERS_FILE, COVERS, Answers, answer_accuracy, choose_queries, train_student
+from dpdistill.methods.pate import (ANSWERS_FILE, COVERS, Answers, PateConfig, answer_accuracy, choose_queries,
+                                   train_student)
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
@@ -75,17 +78,36 @@ class Federated(Method):
         return federated_markdown(report)
 
 
-def plan_votes(config: FederatedConfig, num_classes: int, in_shape: tuple[int, ...]
+def plan_votes(config: FederatedConfig, queries: int, num_classes: int, in_shape: tuple[int, ...]
                ) -> tuple[Wire, DistributedDiscreteGaussianQuery]:
-    """Each owner's noise share for `config.queries` vote histograms within the budget, and the wire that carries
-    them: an owner's counts reach at most its member count, one example moves one vote (two counts by one)."""
+    """Each owner's noise share for `queries` vote histograms within the budget, and the wire that carries them:
+    an owner's counts reach at most its member count, one example moves one vote (two counts by one)."""
     members, owners, dropouts = config.members, config.clients, config.dropouts
     template = Wire("pate", num_classes, tuple(in_shape), 1.0, 2, float(members), math.sqrt(2))
     query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts),
-                      config.queries, config.epsilon, config.delta)
+                      queries, config.epsilon, config.delta)
     encoding = Encoding.for_answers(members, query.share_sigma, owners)
     return dataclasses.replace(template, share_sigma=query.share_sigma,
                                clipping_range=encoding.clipping_range), query
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """The server's side of a federated run, fixed before any owner trains: data set, public split, mechanism."""
+
+    evaluation: ImageDataset
+    pate: PateConfig
+    split: PublicSplit
+    wire: Wire
+    query: DistributedDiscreteGaussianQuery
+
+    @classmethod
+    def of(cls, config: FederatedConfig) -> "ServerPlan":
+        evaluation = load_dataset(config.dataset)
+        pate = config.pate_config(len(evaluation.y_test))
+        split = public_split(evaluation, pate.public, pate.pool_size)
+        wire, query = plan_votes(config, pate.queries, evaluation.num_classes, evaluation.input_shape)
+        return cls(evaluation, pate, split, wire, query)
 
 
 class FederatedJob(Job):
@@ -94,12 +116,12 @@ class FederatedJob(Job):
     def __init__(self, owners_root: Path, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> None:
         check_owners(owners_root, config)
         self.owner_dirs = [owner_directory(owners_root, index) for index in range(config.clients)]
-        self.evaluation = load_dataset(config.dataset)
+        server = ServerPlan.of(config)
+        self.evaluation, self.pate, self.split, self.wire, self.query = (server.evaluation, server.pate, server.split,
+                                                                         server.wire, server.query)
         self.config, self.out_dir, self.progress = config, out_dir, progress
-        self.pate = config.pate_config()
-        self.wire, self.query = plan_votes(config, self.evaluation.num_classes, self.evaluation.input_shape)
         self.ledger_dir = owners_root
-        self.planned = Release.of_query(self.query, config.queries, config.delta)
+        self.planned = Release.of_query(self.query, self.pate.queries, config.delta)
         self.state_dir = release_state(out_dir)
 
     def _write_plan(self, split_pool: torch.Tensor) -> FederationPlan:
@@ -168,7 +190,7 @@ class FederatedJob(Job):
     def run(self, resume: bool) -> Outcome:
         config, started = self.config, time.perf_counter()
         num_classes = self.evaluation.num_classes
-        split = public_split(self.evaluation, self.pate.public, self.pate.pool_size)
+        split = self.split
         plan_path = self.state_dir / PLAN_FILE
         plan = FederationPlan.load(plan_path) if resume else self._write_plan(split.pool)
         indices = load_file(plan.queries_file)["indices"]
@@ -180,7 +202,7 @@ class FederatedJob(Job):
         student_progress = None if self.progress is None else (
             lambda record: self.progress({**record, "total": self.pate.progress_total()}))
         student, history = train_student(split, answers, self.pate, num_classes, sigma, student_progress)
-        privacy = {"epsilon": self.planned.epsilon, "delta": config.delta, "queries": config.queries,
+        privacy = {"epsilon": self.planned.epsilon, "delta": config.delta, "queries": self.pate.queries,
                    "accountant": "dp-accounting RDP of the distributed discrete Gaussian (Kairouz, Liu and Steinke "
                                  "2021)",
                    "aggregation": "each owner's members' vote counts plus its own discrete Gaussian share, summed "
