@@ -1,8 +1,8 @@
 """What crosses the wire between the server and the data owners, and the checks on both sides of it.
 
-Each round the server sends public (or covered synthetic) query images; each owner answers with an integer array
-(vote counts, or output gradients rounded to a grid) plus its own share of discrete Gaussian noise, drawn from
-secret randomness; secure aggregation (Flower's SecAgg+) reveals only the sum. Three things keep that sum exactly
+Each round the server sends public query images; each owner answers with its members' vote counts plus its own
+share of discrete Gaussian noise, drawn from secret randomness; secure aggregation (Flower's SecAgg+) reveals only
+the sum. Three things keep that sum exactly
 what the accounting describes:
 
 1. The owner's boundary (`checked_answer`): an answer of the wrong shape or with a non-finite value is refused (the
@@ -76,17 +76,14 @@ class Encoding:
 
 @dataclass(frozen=True)
 class Wire:
-    """Everything an owner needs to answer a round, fixed by the server's plan and sent with the run."""
+    """Everything an owner needs to answer a round, fixed by the server's plan and sent with each round."""
 
-    method: str  # "pate": vote counts; "dpsd": output gradients on a grid
     num_classes: int
     in_shape: tuple[int, ...]
-    share_sigma: float  # each owner's discrete Gaussian share, in answer units
+    share_sigma: float  # each owner's discrete Gaussian share, in votes
     clipping_range: int
-    row_bound: float  # L2 bound of one owner's answer row before the grid (votes: its member count)
-    member_sensitivity: float  # how far one example moves that row: sqrt 2 for votes, 2 beta for gradients
-    grid: float = 1.0  # integer steps per unit of the answer (dpsd: 1 / the gradient grid's step); votes: 1
-    gradient: dict[str, Any] | None = None  # dpsd: the distillation gradient's settings (loss, top_k, beta...)
+    row_bound: float  # L2 bound of one owner's answer row: its member count (all votes on one class)
+    member_sensitivity: float  # how far one example moves that row: one vote, two counts by one
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,19 +106,17 @@ def checked_answer(answer: Tensor, rows: int, wire: Wire) -> Tensor:
 
 
 def noisy_share(answer: Tensor, wire: Wire, noise: NoiseSource) -> np.ndarray:
-    """The owner's contribution: its checked answer on the integer grid plus its discrete Gaussian share."""
-    on_grid = torch.round(answer * wire.grid).to(torch.int64)
-    share = noise.discrete_gaussian(tuple(on_grid.shape), wire.share_sigma)
-    return Encoding(wire.clipping_range).encode(on_grid + share)
+    """The owner's contribution: its checked integer answer plus its discrete Gaussian share."""
+    counts = torch.trunc(answer).to(torch.int64)  # a clipped row back onto the integers, towards zero: still bounded
+    share = noise.discrete_gaussian(tuple(counts.shape), wire.share_sigma)
+    return Encoding(wire.clipping_range).encode(counts + share)
 
 
 def query_cost(wire: Wire, owners: int, dropouts: int) -> DistributedDiscreteGaussianQuery:
-    """One query row's privacy cost. One example changes one member of one owner, moving that owner's row by
-    `member_sensitivity`; rounding real answers to the grid moves each of the two rows by up to sqrt(classes) / 2
-    more (vote counts are integers already)."""
-    rounding = 0.0 if wire.method == "pate" else math.sqrt(wire.num_classes)
-    sensitivity = wire.member_sensitivity * wire.grid + rounding
-    return DistributedDiscreteGaussianQuery(wire.share_sigma, sensitivity, wire.num_classes, owners, dropouts)
+    """One query row's privacy cost: one example changes one member of one owner, moving that owner's row by
+    `member_sensitivity`."""
+    return DistributedDiscreteGaussianQuery(wire.share_sigma, wire.member_sensitivity, wire.num_classes, owners,
+                                            dropouts)
 
 
 def check_dropouts(owners: int, dropouts: int) -> None:

@@ -83,7 +83,7 @@ def plan_votes(config: FederatedConfig, queries: int, num_classes: int, in_shape
     """Each owner's noise share for `queries` vote histograms within the budget, and the wire that carries them:
     an owner's counts reach at most its member count, one example moves one vote (two counts by one)."""
     members, owners, dropouts = config.members, config.clients, config.dropouts
-    template = Wire("pate", num_classes, tuple(in_shape), 1.0, 2, float(members), math.sqrt(2))
+    template = Wire(num_classes, tuple(in_shape), 1.0, 2, float(members), math.sqrt(2))
     query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts),
                       queries, config.epsilon, config.delta)
     encoding = Encoding.for_answers(members, query.share_sigma, owners)
