@@ -60,7 +60,8 @@ class Federated(Method):
     summary = "data owners' teachers answer through secure aggregation with distributed noise (Flower)"
     needs = Needs.ENSEMBLE
     command = "federated"
-    paper = "seed 000 (DPSD), Algorithm 2 (FedDPSD); PATE across owners (Papernot et al. 2018) with SecAgg+"
+    paper = ("PATE (Papernot et al. 2018) across data owners: SecAgg+ (Bell et al. 2020), distributed discrete "
+             "Gaussian (Kairouz, Liu and Steinke 2021)")
 
     def plan(self, source: Source, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> "FederatedJob":
         return FederatedJob(Path(source.teacher), config, out_dir, progress)

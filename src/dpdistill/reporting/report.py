@@ -370,14 +370,8 @@ def federated_markdown(report: dict[str, Any]) -> str:
               f"| federation wall time | {federation['wall_seconds']:.1f} s |",
               f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{report['timing']['wall_seconds']:.1f} s |",
-              "", "## Student rounds", "",
-              "| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
-              for r in report["history"]]
-    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
-              f"Seed {report['seed']}; the released sums are in `answers.safetensors`. Every figure above is also in "
-              f"`report.json`."]
-    return "\n".join(lines) + "\n"
+              "", "## Student rounds", ""]
+    return "\n".join(lines + _student_rounds(report, "sums")) + "\n"
 
 
 def pate_markdown(report: dict[str, Any]) -> str:
@@ -403,13 +397,17 @@ def pate_markdown(report: dict[str, Any]) -> str:
               "student labels confidently (post-processing: no further answers)."
               + (" Each round is consistency training (FixMatch): the student also learns from every public image, "
                  "unlabelled, to give a hard view the class it gives an easy one." if
-                 report["config"].get("student_training") == "consistency" else ""), "",
-              "| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
+                 report["config"].get("student_training") == "consistency" else ""), ""]
+    return "\n".join(lines + _student_rounds(report, "answers")) + "\n"
+
+
+def _student_rounds(report: dict[str, Any], released: str) -> list[str]:
+    """A PATE student's rounds, the settings and where the released `released` are (PATE, federated PATE)."""
+    lines = ["| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
               for r in report["history"]]
-    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
-              f"Seed {report['seed']}; the released answers are in `answers.safetensors`. Every figure above is also "
-              f"in `report.json`."]
-    return "\n".join(lines) + "\n"
+    return lines + ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+                    f"Seed {report['seed']}; the released {released} are in `answers.safetensors`. Every figure "
+                    f"above is also in `report.json`."]
 
 
