@@ -120,7 +120,7 @@ class FederatedJob(Job):
         server = ServerPlan.of(config)
         self.evaluation, self.pate, self.split, self.wire, self.query = (server.evaluation, server.pate, server.split,
                                                                          server.wire, server.query)
-        self.config, self.out_dir, self.progress = config, out_dir, progress
+        self.config, self.progress = config, progress
         self.ledger_dir = owners_root
         self.planned = Release.of_query(self.query, self.pate.queries, config.delta)
         self.state_dir = release_state(out_dir)
@@ -161,7 +161,8 @@ class FederatedJob(Job):
             if finished.wait(1.0):
                 return
 
-    def _answers(self, plan: FederationPlan, indices: torch.Tensor) -> tuple[Answers, list[int], list[int]]:
+    def _answers(self, plan: FederationPlan, indices: torch.Tensor, federation: dict[str, Any]
+                 ) -> tuple[Answers, list[int], list[int]]:
         """The released sums as PATE's answers (lost rounds left out: spent, unanswered), the owners that
         contributed to each, and the lost rounds; or a clean stop at the first round not asked."""
         journal = RoundJournal(Path(plan.journal_dir))
@@ -173,11 +174,12 @@ class FederatedJob(Job):
                 continue
             kept = journal.read(index)
             if kept is None:
-                failure = journal.failure() or {"round": index, "reason": "the server stopped"}
+                failure = journal.failure() or {"round": index, "reason": self._stopped(federation)}
+                where = (f"at round {failure['round'] + 1} of {len(rounds)}" if failure["round"] >= 0
+                         else "before its first round")
                 raise FederationError(
-                    f"the federation stopped at round {failure['round'] + 1} of {len(rounds)}: {failure['reason']}; "
-                    f"the {index} round(s) before it are kept and the whole budget stays reserved: --resume "
-                    f"continues once the owners are back")
+                    f"the federation stopped {where}: {failure['reason']}; the rounds before it are kept and the "
+                    f"whole budget stays reserved: --resume continues once the owners are back")
             sums.append(kept[0])
             contributors.append(kept[1])
             asked.append(indices[rows])
@@ -188,6 +190,13 @@ class FederatedJob(Job):
         answers = Answers(torch.cat(asked), votes, votes.argmax(1), torch.ones(len(votes), dtype=torch.bool))
         return answers, contributors, lost
 
+    def _stopped(self, federation: dict[str, Any]) -> str:
+        """Why a run without a recorded failure ended early: the server process itself."""
+        if federation["engine"] == "deployment":
+            return (f"the deployed run ended as {federation['status']} (the SuperLink's log: "
+                    f"{self.state_dir / 'deployment' / 'logs' / 'superlink.log'})")
+        return "the server stopped"
+
     def run(self, resume: bool) -> Outcome:
         config, started = self.config, time.perf_counter()
         num_classes = self.evaluation.num_classes
@@ -196,7 +205,7 @@ class FederatedJob(Job):
         plan = FederationPlan.load(plan_path) if resume else self._write_plan(split.pool)
         indices = load_file(plan.queries_file)["indices"]
         federation = self._federate(plan, plan_path, len(indices))
-        answers, contributors, lost = self._answers(plan, indices)
+        answers, contributors, lost = self._answers(plan, indices, federation)
         answers.save(self.state_dir / ANSWERS_FILE)
         release_seconds = time.perf_counter() - started
         sigma = self.wire.share_sigma * math.sqrt(min(contributors))  # the sums' noise, for posterior targets
