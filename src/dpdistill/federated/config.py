@@ -38,7 +38,7 @@ class FederatedConfig:
     teacher_weight_decay: float = 0.0
     teacher_min_steps: int = 0
     round_queries: int = 250  # query rows per secure-aggregation round
-    stage_timeout: float = 120.0  # seconds the server waits for the owners' replies in each SecAgg+ stage
+    stage_timeout: float = 120.0  # deployment: seconds the server waits for the owners' replies in a SecAgg+ stage
     # PATE: the server's side, as `dpdistill pate`
     queries: int | None = None  # None: DEFAULT_QUERIES, or the whole public pool if it is smaller
     public: str | None = None

@@ -49,7 +49,7 @@ class FederationPlan:
     round_queries: int
     queries_file: str  # safetensors with "images": the public (or covered synthetic) images asked about
     journal_dir: str
-    stage_timeout: float
+    stage_timeout: float | None  # None: wait for every owner's reply (a simulation)
 
     def save(self, path: Path) -> None:
         payload = {**asdict(self), "wire": self.wire.to_json()}
@@ -165,7 +165,7 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.n
     return Encoding.decode_sum(strategy.mean, strategy.contributors), strategy.contributors
 
 
-def owner_names(grid: Grid, nodes: list[int], timeout: float) -> dict[int, str]:
+def owner_names(grid: Grid, nodes: list[int], timeout: float | None) -> dict[int, str]:
     """Each answering node's owner name, asked of all nodes at once; a node silent for `timeout` is left out."""
     content = compat.getpropertiesins_to_recorddict(GetPropertiesIns({}))
     messages = [Message(content=content, message_type=MessageTypeLegacy.GET_PROPERTIES, dst_node_id=node)
@@ -178,7 +178,7 @@ def owner_names(grid: Grid, nodes: list[int], timeout: float) -> dict[int, str]:
     return names
 
 
-def owner_nodes(grid: Grid, owners: int, timeout: float, wait: float = OWNER_WAIT_SECONDS) -> list[int]:
+def owner_nodes(grid: Grid, owners: int, timeout: float | None, wait: float = OWNER_WAIT_SECONDS) -> list[int]:
     """The nodes of the `owners` owners, once all have joined; refused if two nodes speak for one owner."""
     deadline = time.monotonic() + wait
     nodes = sorted(grid.get_node_ids())

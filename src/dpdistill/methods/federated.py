@@ -131,9 +131,11 @@ class FederatedJob(Job):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tensors = {"images": split_pool[indices].contiguous(), "indices": indices.contiguous()}
         write_atomically({self.state_dir / QUERIES_FILE: lambda temporary: save_file(tensors, temporary)})
+        # a simulated owner cannot vanish, and its stages queue on this machine's workers: wait for every reply
+        timeout = self.config.stage_timeout if self.config.engine == "deployment" else None
         plan = FederationPlan(self.wire, self.config.clients, self.config.dropouts, self.config.round_queries,
                               str((self.state_dir / QUERIES_FILE).resolve()),
-                              str((self.state_dir / ROUNDS_DIR).resolve()), self.config.stage_timeout)
+                              str((self.state_dir / ROUNDS_DIR).resolve()), timeout)
         plan.save(self.state_dir / PLAN_FILE)
         return plan
 
