@@ -230,7 +230,7 @@ def scattering_rows(dataset: str, headline_seeds: int) -> list[Run]:
                       f"scattering features, scatter-cnn student", dataset, epsilon, 500, 1, heads,
                       "--student-arch", "scatter-cnn", "--answer-targets", "posterior")
              for epsilon in ("1", "10")]
-    return runs + federated_rows(dataset)
+    return runs + federated_rows(dataset, headline_seeds)
 
 
 FEDERATED_OWNERS = ((50, ("1", "10")), (250, ("1",)))
@@ -241,15 +241,17 @@ FEDERATED_TEACHERS = ("--set", "teacher_init=scatter", "--set", "teacher_heads_o
 LINEAR_STUDENT = ("--student-arch", "scatter-linear", "--answer-targets", "posterior", "--min-steps", "500")
 
 
-def federated_rows(dataset: str) -> list[Run]:
+def federated_rows(dataset: str, headline_seeds: int) -> list[Run]:
     """Federated PATE (Flower simulation, SecAgg+) beside the same ensemble on one machine: the 1,000 scattering
     heads of `teachers-1000-heads-scatter`, or M owners with 1,000 / M heads each on an even keyed split of the
     data, 500 answers, a scatter-linear student; the federated noise is each owner's share of the distributed
-    discrete Gaussian at the same sound epsilon. Rows of one M after the first reuse its owners (`--owners`)."""
+    discrete Gaussian at the same sound epsilon. Rows of one M after the first reuse its owners (`--owners`); the
+    headline pair (50 owners and one machine at epsilon 1) runs every seed."""
     heads = f"teachers-{SCATTER_HEADS}-heads-scatter-{dataset}"
     runs = [pate_row(f"pate-{SCATTER_HEADS}-heads-scatter-linear", f"PATE on public images, M = {SCATTER_HEADS} "
-                     f"heads on scattering features, scatter-linear student", dataset, epsilon, 500, 1, heads,
-                     *LINEAR_STUDENT) for owners, epsilons in FEDERATED_OWNERS[:1] for epsilon in epsilons]
+                     f"heads on scattering features, scatter-linear student", dataset, epsilon, 500,
+                     headline_seeds if epsilon == "1" else 1, heads, *LINEAR_STUDENT)
+            for owners, epsilons in FEDERATED_OWNERS[:1] for epsilon in epsilons]
     for owners, epsilons in FEDERATED_OWNERS:
         first = f"federated-pate-{owners}-owners-eps{epsilons[0]}-{dataset}"
         runs += [Run(f"federated-pate-{owners}-owners-eps{epsilon}-{dataset}",
@@ -258,6 +260,7 @@ def federated_rows(dataset: str) -> list[Run]:
                      ("--clients", str(owners), "--method", "pate", "--epsilon", epsilon, "--members-per-owner",
                       str(SCATTER_HEADS // owners), "--queries", "500", "--student-arch", "scatter-linear",
                       "--set", "answer_targets=posterior", "--set", "min_steps=500", *FEDERATED_TEACHERS),
+                     headline_seeds if (owners, epsilon) == (50, "1") else 1,
                      command="federated", teacher="" if epsilon == epsilons[0] else first,
                      quick_args=("--set", "epochs=1", "--set", "min_steps=10", "--set", "teacher_min_steps=10"))
                  for epsilon in epsilons]

@@ -10,6 +10,8 @@ answer: SecAgg+'s key-exchange stages run without it (a deployed SuperNode start
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from flwr.clientapp import ClientApp
 from flwr.app import Context
 
 OWNER_DIR = "owner-dir"
+OWNER_ID_FILE = "owner-id"
 _teachers: dict[str, Any] = {}  # an owner's teacher, loaded once per process
 
 
@@ -30,8 +33,8 @@ class OwnerClient(NumPyClient):
         self.owner_dir = owner_dir
 
     def get_properties(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The owner's name (its directory's), so the server can refuse two nodes that speak for one owner."""
-        return {"owner": self.owner_dir.resolve().name}
+        """The owner's identity, so the server can refuse two nodes that speak for one owner."""
+        return {"owner": owner_identity(self.owner_dir)}
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
         from dpdistill.federated.answers import owner_answer
@@ -45,6 +48,23 @@ class OwnerClient(NumPyClient):
 
             _teachers[key] = read_teacher(self.owner_dir)[0].eval()
         return _teachers[key]
+
+
+def owner_identity(owner_dir: Path) -> str:
+    """A random name kept in the owner's directory (drawn by whichever node reads it first): two nodes on one
+    owner's data name the same owner, and the name says nothing about the data."""
+    path = owner_dir / OWNER_ID_FILE
+    try:
+        with open(path, "x") as created:
+            created.write(secrets.token_hex(16))
+    except FileExistsError:
+        pass
+    for _ in range(100):  # a node that lost the race to create it may find it still empty for a moment
+        name = path.read_text().strip()
+        if name:
+            return name
+        time.sleep(0.01)
+    raise ValueError(f"{path} holds no owner name")
 
 
 def owner_dir_of(context: Context, owner_dirs: list[str] | None) -> Path:
