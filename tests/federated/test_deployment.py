@@ -15,7 +15,7 @@ from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy
 from dpdistill.federated.owners import prepare_owners
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
-from dpdistill.methods.federated import plan_votes
+from dpdistill.methods.federated import calibrated_wire, vote_wire
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,10 @@ def test_a_killed_owner_leaves_a_completed_run_with_enough_noise_and_no_process_
     config = FederatedConfig(epsilon=10.0, dataset="digits", clients=3, dropouts=1, members_per_owner=2,
                              teacher_epochs=1, queries=40)
     owner_dirs = prepare_owners(tmp_path / "owners", config)
-    wire, query = plan_votes(config, 40, 10, (1, 8, 8))
+    wire, query = calibrated_wire(config, vote_wire(config, 10, (1, 8, 8)), 40)
     save_file({"images": load_dataset("digits").x_test[:40].contiguous()}, tmp_path / "queries.safetensors")
-    plan = FederationPlan(wire, 3, 1, 20, str(tmp_path / "queries.safetensors"), str(tmp_path / "rounds"), 30.0)
+    plan = FederationPlan(wire, 3, 1, str(tmp_path / "rounds"), 30.0, round_queries=20,
+                          queries_file=str(tmp_path / "queries.safetensors"))
     plan.save(tmp_path / "plan.json")
     journal, started = RoundJournal(tmp_path / "rounds"), []
 

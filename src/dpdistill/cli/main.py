@@ -623,7 +623,8 @@ def federated_command(
     dataset: str = typer.Option(..., help="the private data, divided among the owners"),
     clients: int = typer.Option(..., help="M, the data owners (one Flower SuperNode each)"),
     out: Path = typer.Option(..., help="directory for the student, the released sums and the report"),
-    method: str = typer.Option("pate", help="pate: the owners' members vote on public images"),
+    method: str = typer.Option("pate", help="pate: the owners' members vote on public images; dpsd: FedDPSD, "
+                                            "their bounded gradients on synthetic images teach a student"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound, replace-one)"),
     delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
     dirichlet_alpha: Optional[float] = typer.Option(None, help="owners' holdings: Dirichlet(A) per class "
@@ -635,19 +636,20 @@ def federated_command(
     owners: Optional[Path] = typer.Option(None, help="the owners' directory: reused if prepared, its ledger "
                                                      "counting every run [default: OUT-owners]"),
     members_per_owner: Optional[int] = typer.Option(None, help="teachers each owner trains on its data "
-                                                               "[default: 10]"),
+                                                               "[default: 10 (pate), 1 (dpsd)]"),
     queries: Optional[int] = typer.Option(None, help="public images the owners' teachers vote on [default: "
                                                      "1000, or the whole public pool if smaller]"),
+    iterations: Optional[int] = typer.Option(None, help="dpsd: T, one secure round each [default: 200]"),
     student_arch: str = typer.Option("datalens", help="the student's architecture"),
     seed: int = SEED,
     device: str = DEVICE,
     set_: list[str] = typer.Option([], "--set", help="any other setting, KEY=VALUE (repeatable), e.g. "
-                                                     "teacher_init=scatter"),
+                                                     "teacher_init=scatter, batch_size=256"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out after its last released "
                                             "round"),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Data owners vote through secure aggregation (Flower)."""
+    """Data owners answer through secure aggregation (Flower)."""
     from dpdistill.federated.config import FederatedConfig
     from dpdistill.methods.config import parse_assignments
     from dpdistill.pipeline import federated
@@ -655,7 +657,8 @@ def federated_command(
     config = None if resume else FederatedConfig(**{
         "epsilon": epsilon, "dataset": dataset, "clients": clients, "method": method, "delta": delta,
         "dirichlet_alpha": dirichlet_alpha, "dropouts": dropouts, "engine": engine,
-        "members_per_owner": members_per_owner, "queries": queries, "student_arch": student_arch, "seed": seed,
+        "members_per_owner": members_per_owner, "queries": queries, "iterations": iterations,
+        "student_arch": student_arch, "seed": seed,
         "device": device, **parse_assignments(set_, FederatedConfig)})
     bar, update = _progress_bar(None, "federated: owners, then rounds and the student")
     with bar:

@@ -1,5 +1,5 @@
-"""What an owner's teachers answer about a round's queries: their vote counts, before the protocol's boundary and
-noise."""
+"""What an owner's teachers answer about a round's queries, before the protocol's boundary and noise: their vote
+counts (PATE) or their bounded distillation gradients at the student's logits (FedDPSD)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,52 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdistill.federated.protocol import AnswerRejected, Wire, checked_answer, noisy_share
+from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Wire, checked_answer,
+                                          noisy_share)
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
+from dpdistill.privacy.mechanisms import bounded_output_gradient
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.training.annotation import DistillationGradient
 
 
-@torch.inference_mode()
-def vote_counts(teacher: torch.nn.Module, images: Tensor, num_classes: int) -> Tensor:
-    """(n, classes): how many of the owner's members name each class (a single teacher is an ensemble of one)."""
+@torch.no_grad()
+def member_logits(teacher: torch.nn.Module, images: Tensor) -> Tensor:
+    """(members, n, classes): each of the owner's members' logits (a single teacher is an ensemble of one)."""
     logits = teacher.member_logits(images) if isinstance(teacher, TeacherEnsemble) else teacher(images)[None]
     if not torch.isfinite(logits).all():
         raise AnswerRejected("the owner's teachers gave a non-finite logit")
-    return plurality_counts(logits, num_classes)
+    return logits
+
+
+def vote_counts(teacher: torch.nn.Module, images: Tensor, num_classes: int) -> Tensor:
+    """(n, classes): how many of the owner's members name each class."""
+    return plurality_counts(member_logits(teacher, images), num_classes)
+
+
+def bounded_gradients(teacher: torch.nn.Module, images: Tensor, student_logits: Tensor,
+                      answer: GradientAnswer) -> Tensor:
+    """(n, classes): the sum over the owner's members of each one's bounded gradient, in grid units."""
+    logits = member_logits(teacher, images)
+    members, rows, classes = logits.shape
+    gradient = DistillationGradient(answer.loss, answer.dkd_alpha, answer.dkd_beta, answer.temperature)
+    per_member = gradient(logits.reshape(-1, classes), student_logits.repeat(members, 1))
+    bounded = bounded_output_gradient(per_member, GRID_STEPS, answer.top_k, answer.operation)
+    return bounded.view(members, rows, classes).sum(0)
 
 
 def owner_answer(teacher: torch.nn.Module, arrays: list[np.ndarray], wire_json: dict[str, Any]) -> np.ndarray:
-    """The owner's contribution to the round's secure sum: checked, with its noise share."""
+    """The owner's contribution to the round's secure sum: checked, with its noise share. `arrays` holds the
+    query images, and for gradients the student's logits on them."""
     wire = Wire.from_json(wire_json)
     images = torch.from_numpy(np.asarray(arrays[0], dtype=np.float32))
     if tuple(images.shape[1:]) != wire.in_shape:
         raise AnswerRejected(f"queries of shape {tuple(images.shape[1:])}, the owner's teachers take {wire.in_shape}")
-    answer = checked_answer(vote_counts(teacher, images, wire.num_classes), len(images), wire)
-    return noisy_share(answer, wire, noise_source())
+    if wire.gradient is None:
+        answer = vote_counts(teacher, images, wire.num_classes)
+    else:
+        student_logits = torch.from_numpy(np.asarray(arrays[1], dtype=np.float32))
+        if tuple(student_logits.shape) != (len(images), wire.num_classes) or not torch.isfinite(student_logits).all():
+            raise AnswerRejected(f"student logits of shape {tuple(student_logits.shape)} for {len(images)} queries "
+                                 f"of {wire.num_classes} classes, or not finite")
+        answer = bounded_gradients(teacher, images, student_logits, wire.gradient)
+    return noisy_share(checked_answer(answer, len(images), wire), wire, noise_source())

@@ -11,9 +11,9 @@ from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.protocol import check_dropouts
 from dpdistill.training.teacher import TeacherConfig
 
-FEDERATED_METHODS = ("pate",)
+FEDERATED_METHODS = ("pate", "dpsd")
 ENGINES = ("simulation", "deployment")
-DEFAULT_MEMBERS = {"pate": 10}  # teachers each owner trains on its own data
+DEFAULT_MEMBERS = {"pate": 10, "dpsd": 1}  # teachers each owner trains on its own data (FedDPSD: one, as seed 000)
 DEFAULT_QUERIES = 1000
 
 
@@ -39,6 +39,11 @@ class FederatedConfig:
     teacher_min_steps: int = 0
     round_queries: int = 250  # query rows per secure-aggregation round
     stage_timeout: float = 120.0  # deployment: seconds the server waits for the owners' replies in a SecAgg+ stage
+    # FedDPSD: the server's side, as `dpdistill transcribe` in data mode (None: the preset's)
+    preset: str = "paper"  # the transcription presets (methods/config.py): "paper" is seed 000's loop
+    iterations: int | None = None  # T: one secure-aggregation round each
+    beta: float | None = None
+    top_k: int | None = None
     # PATE: the server's side, as `dpdistill pate`
     queries: int | None = None  # None: DEFAULT_QUERIES, or the whole public pool if it is smaller
     public: str | None = None
@@ -48,7 +53,7 @@ class FederatedConfig:
     student_arch: str = "datalens"
     epochs: int = 10
     min_steps: int = 1500
-    batch_size: int = 128
+    batch_size: int | None = None  # PATE: the student's (128); FedDPSD: b, synthetic images a round
     lr: float = 1e-3
     seed: int = 0
     device: str = "cpu"
@@ -70,7 +75,10 @@ class FederatedConfig:
         if not self.stage_timeout > 0:
             raise ConfigError(f"stage-timeout must be positive, got {self.stage_timeout}")
         self.teacher_config()  # its own checks, now rather than after some owners trained
-        self.pate_config()
+        if self.method == "pate":
+            self.pate_config()
+        else:
+            self.transcription_config()
 
     @property
     def members(self) -> int:
@@ -96,8 +104,20 @@ class FederatedConfig:
                           queries=self.queries or min(DEFAULT_QUERIES, pool), public=self.public, public_size=pool,
                           answer_targets=self.answer_targets,
                           self_training_rounds=self.self_training_rounds, student_arch=self.student_arch,
-                          epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size, lr=self.lr,
-                          seed=self.seed, device=self.device)
+                          epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size or 128,
+                          lr=self.lr, seed=self.seed, device=self.device)
+
+    def transcription_config(self) -> "TranscriptionConfig":
+        """FedDPSD's server settings: DPSD's data mode with the preset's loop, sound accounting, the noise
+        calibrated for the owners' shares (federated/protocol.py), never a sigma of its own."""
+        from dpdistill.methods.config import build_config
+
+        overrides = {"method": "dpsd", "iterations": self.iterations, "batch_size": self.batch_size,
+                     "top_k": self.top_k, "student_arch": self.student_arch, "student_lr": self.lr,
+                     "seed": self.seed, "device": self.device}
+        privacy = {"mode": "data", "epsilon": self.epsilon, "delta": self.delta, "beta": self.beta,
+                   "accounting": "sound"}
+        return build_config(self.preset, overrides, privacy)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

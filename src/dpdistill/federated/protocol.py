@@ -1,9 +1,9 @@
 """What crosses the wire between the server and the data owners, and the checks on both sides of it.
 
-Each round the server sends public query images; each owner answers with its members' vote counts plus its own
-share of discrete Gaussian noise, drawn from secret randomness; secure aggregation (Flower's SecAgg+) reveals only
-the sum. Three things keep that sum exactly
-what the accounting describes:
+Each round the server sends query images (PATE: public images; FedDPSD: synthetic images with the student's logits
+on them); each owner answers with its members' vote counts, or their bounded distillation gradients on a fixed
+integer grid, plus its own share of discrete Gaussian noise, drawn from secret randomness; secure aggregation
+(Flower's SecAgg+) reveals only the sum. Three things keep that sum exactly what the accounting describes:
 
 1. The owner's boundary (`checked_answer`): an answer of the wrong shape or with a non-finite value is refused (the
    owner then takes no part in the round, like a dropout); rows above their L2 bound are clipped to it. Nothing
@@ -33,6 +33,7 @@ from dpdistill.privacy.randomness import NoiseSource
 TAIL_SIGMAS = 40  # C >= largest answer + 40 share sigmas: a discrete Gaussian share passes it w.p. < exp(-800)
 CLIP_TAIL = 1e-300  # a bound on the chance that any share in a run is clipped, at TAIL_SIGMAS
 MODULUS_BITS = 32  # SecAgg+'s modulus: the sum of every owner's shifted answer must stay below 2^32
+GRID_STEPS = 1024  # FedDPSD: a member's gradient of norm up to beta is sent in units of beta / GRID_STEPS
 
 
 class AnswerRejected(Exception):
@@ -75,6 +76,26 @@ class Encoding:
 
 
 @dataclass(frozen=True)
+class GradientAnswer:
+    """FedDPSD's data-sensitive answer (seed 000, Algorithm 2's Fed-FlexPer): per sample, each member's
+    distillation-loss gradient at the student's logits, top-k masked and normalised (or clipped) to GRID_STEPS
+    grid units, summed over the owner's members."""
+
+    loss: str = "dkd"
+    dkd_alpha: float = 1.0
+    dkd_beta: float = 8.0
+    temperature: float = 1.0
+    top_k: int | None = 3
+    operation: str = "normalize"
+
+    def sensitivity(self, num_classes: int) -> float:
+        """How far one example moves an owner's integer row: its one member's bounded gradient by at most
+        2 GRID_STEPS, and the truncation to integers (each coordinate's error within (-1, 1)) by less than
+        sqrt(classes)."""
+        return 2 * GRID_STEPS + math.sqrt(num_classes)
+
+
+@dataclass(frozen=True)
 class Wire:
     """Everything an owner needs to answer a round, fixed by the server's plan and sent with each round."""
 
@@ -82,15 +103,20 @@ class Wire:
     in_shape: tuple[int, ...]
     share_sigma: float  # each owner's discrete Gaussian share, in votes
     clipping_range: int
-    row_bound: float  # L2 bound of one owner's answer row: its member count (all votes on one class)
-    member_sensitivity: float  # how far one example moves that row: one vote, two counts by one
+    row_bound: float  # L2 bound of one owner's answer row: votes, its member count (all votes on one class);
+    # gradients, its member count times GRID_STEPS
+    member_sensitivity: float  # how far one example moves that row: one vote, two counts by one (gradients:
+    # GradientAnswer.sensitivity)
+    gradient: GradientAnswer | None = None  # None: the owners vote
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Wire":
-        return cls(**{**data, "in_shape": tuple(data["in_shape"])})
+        gradient = data.get("gradient")
+        return cls(**{**data, "in_shape": tuple(data["in_shape"]),
+                      "gradient": None if gradient is None else GradientAnswer(**gradient)})
 
 
 def checked_answer(answer: Tensor, rows: int, wire: Wire) -> Tensor:

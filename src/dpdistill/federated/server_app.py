@@ -1,4 +1,5 @@
 """The server's side (Flower ServerApp): send each round's queries to the owners and receive only their sum.
+PATE's rounds are run here; FedDPSD's are the DPSD engine's queries (federated/transcription.py).
 
 Each round runs Flower's SecAgg+ workflow on a one-round strategy: the owners' noisy integer answers are masked,
 summed and unmasked only if at least the threshold's owners (owners - dropouts) contributed, so the server never
@@ -46,10 +47,17 @@ class FederationPlan:
     wire: Wire
     owners: int
     dropouts: int
-    round_queries: int
-    queries_file: str  # safetensors with "images": the public (or covered synthetic) images asked about
     journal_dir: str
     stage_timeout: float | None  # None: wait for every owner's reply (a simulation)
+    method: str = "pate"
+    members: int = 1  # each owner's
+    # PATE
+    round_queries: int = 0
+    queries_file: str = ""  # safetensors with "images": the public (or covered synthetic) images asked about
+    # FedDPSD
+    transcription: dict[str, Any] | None = None  # the engine's TranscriptionConfig
+    dataset: str = ""  # the student's accuracy is measured on its test split
+    work_dir: str = ""  # the engine's checkpoints, answer journal and finished result
 
     def save(self, path: Path) -> None:
         payload = {**asdict(self), "wire": self.wire.to_json()}
@@ -235,7 +243,13 @@ def make_server_app(plan_path: Path | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_rounds(grid, context, FederationPlan.load(plan_path or Path(str(context.run_config[PLAN]))))
+        plan = FederationPlan.load(plan_path or Path(str(context.run_config[PLAN])))
+        if plan.method == "dpsd":
+            from dpdistill.federated.transcription import run_transcription
+
+            run_transcription(grid, context, plan)
+        else:
+            run_rounds(grid, context, plan)
 
     return app
 

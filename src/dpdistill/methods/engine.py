@@ -8,6 +8,10 @@ and its latent vectors then learn with the (updated) student as discriminator. T
 and with the student as discriminator the generator only ever sees noisy releases, so the released student and
 generator are post-processing of the mechanism's outputs.
 
+With `owners` (federated/transcription.py) the teacher is not here: data owners elsewhere answer each batch
+through secure aggregation with their own noise (FedDPSD, seed 000's Algorithm 2), under a privacy plan the caller
+calibrated for that mechanism.
+
 With a sample source (`--sample-source`, data/sample_source.py) each batch is drawn from its synthetic images instead
 of generated, and no generator is trained; the noise is calibrated so that the source's release and the answers
 together stay within the budget.
@@ -51,6 +55,7 @@ from dpdistill.training.annotation import (
     NoisyVoteAnnotator,
     OutputGradientAnnotator,
     RandomizedResponseAnnotator,
+    RemoteAnnotator,
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
@@ -89,24 +94,23 @@ class TranscriptionResult:
 class TranscriptionEngine:
     """Runs Algorithm 1 with the options of a `TranscriptionConfig`. `test_set` is used only to report accuracy, never to train."""
 
-    def __init__(self, config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble,
+    def __init__(self, config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble | None,
                  in_shape: tuple[int, int, int], num_classes: int, test_set: ImageDataset | None = None,
-                 work_dir: Path | None = None, progress: ProgressCallback | None = None) -> None:
+                 work_dir: Path | None = None, progress: ProgressCallback | None = None,
+                 owners: RemoteAnnotator | None = None, privacy_plan: PrivacyPlan | None = None) -> None:
         config.validate(num_classes)
-        members = len(teacher) if isinstance(teacher, TeacherEnsemble) else 1
-        if members != config.privacy.teachers:
-            raise ConfigError(f"the privacy request counts {config.privacy.teachers} teacher(s) but the teacher has "
-                              f"{members}: the mechanism and its accounting depend on it")
-        if members > 1 and (config.discriminator == "teacher" or config.generator_pretrain_steps):
-            raise ConfigError("the teacher as discriminator (DPSD-T, generator pretraining) needs a single teacher, "
-                              "not an ensemble")
+        if owners is None:
+            _check_teacher(config, teacher)
+        elif privacy_plan is None:
+            raise ConfigError("data owners' answers need the privacy plan calibrated for their noise shares")
+        else:
+            check_remote_settings(config)
         self.config = config
         self.device = torch.device(config.device)
         self.in_shape = in_shape
         self.num_classes = num_classes
-        self.teacher = teacher.to(self.device).eval()
-        for parameter in self.teacher.parameters():
-            parameter.requires_grad_(False)
+        self.owners = owners
+        self.teacher = None if teacher is None else teacher.to(self.device).eval().requires_grad_(False)
         self.test_set = test_set
         self.work_dir = work_dir
         self.progress = progress
@@ -114,8 +118,8 @@ class TranscriptionEngine:
                         else load_sample_source(Path(config.sample_source), in_shape, num_classes))
         cost = (None if self.samples is None or config.privacy.mode == "none"
                 else self.samples.cost(config.privacy.epsilon, config.privacy.delta))
-        self.plan = plan_privacy(config.privacy, num_classes, config.batch_size,
-                                 config.query_iterations(config.iterations), cost)
+        self.plan = privacy_plan or plan_privacy(config.privacy, num_classes, config.batch_size,
+                                                 config.query_iterations(config.iterations), cost)
         # which source images each iteration asks about: uniform, from --seed, the same on a resumed run
         self.draws = None if self.samples is None else torch.randint(
             len(self.samples.labels), (config.iterations, config.batch_size),
@@ -141,7 +145,7 @@ class TranscriptionEngine:
         self.noise = noise_source(config.reproducible_noise, config.seed)
         self.ledger = self.plan.ledger()
         self.journal = AnswerJournal(work_dir / "resume" / "answers") if work_dir and self.ledger is not None else None
-        self.annotator = self._make_annotator(self.ledger)
+        self.annotator = None if owners is not None else self._make_annotator(self.ledger)
         # Without privacy the targets are the teacher's softmax at `temperature` (Hinton's KD): the student is then
         # compared at the same temperature. Private targets are probabilities at temperature 1.
         self.fit_temperature = config.temperature if config.privacy.mode == "none" else 1.0
@@ -177,11 +181,11 @@ class TranscriptionEngine:
         clock = time.perf_counter()
         images = self._batch()
         detached = images.detach()
-        teacher_view = None
+        teacher_view, teacher_logits = None, None
         if config.discriminator == "teacher":  # one teacher pass serves the annotation and the generator's loss
             teacher_view = self._discriminate(self.teacher, images)
             teacher_logits = teacher_view.logits.detach()
-        elif queried and journaled is None:
+        elif queried and journaled is None and self.owners is None:
             teacher_logits = self._teacher_answers(detached)
         clock = _lap(timings, "generate+teacher", clock)
 
@@ -189,7 +193,8 @@ class TranscriptionEngine:
         targets, fresh_loss, answered = None, None, {}
         if queried:
             student_logits = self.student(detached)
-            targets = journaled if journaled is not None else self._annotate(teacher_logits, student_logits)
+            targets = journaled if journaled is not None else self._annotate(detached, teacher_logits,
+                                                                             student_logits)
             labelled = targets.sum(1) > 0  # the mechanism may decline to label uncertain samples
             answered = {"labelled": labelled.float().mean().item()}
             if labelled.any():
@@ -235,9 +240,13 @@ class TranscriptionEngine:
         with torch.set_grad_enabled(self.config.generator_updates):
             return self.generator(self.latents)
 
-    def _annotate(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        """The mechanism's answer, journaled before the student sees it."""
-        targets = self.annotator.annotate(teacher_logits, student_logits)
+    def _annotate(self, images: Tensor, teacher_logits: Tensor | None, student_logits: Tensor) -> Tensor:
+        """The mechanism's answer (here, or the owners' through secure aggregation), journaled before the student
+        sees it."""
+        if self.owners is not None:
+            targets = self.owners.annotate(images, student_logits.detach(), self.ledger)
+        else:
+            targets = self.annotator.annotate(teacher_logits, student_logits)
         if self.journal is not None:
             self.journal.write(self.iteration, targets, self.noise.state())
         return targets
@@ -429,6 +438,28 @@ class TranscriptionEngine:
         self.iteration = state["iteration"]
         self.pretrained = state["pretrained"]
         self.history = state["history"]
+
+
+def _check_teacher(config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble | None) -> None:
+    """The privacy request must count the teacher's members; only a single teacher can shape the generator."""
+    if teacher is None:
+        raise ConfigError("a transcription needs a teacher, or data owners that answer for theirs")
+    members = len(teacher) if isinstance(teacher, TeacherEnsemble) else 1
+    if members != config.privacy.teachers:
+        raise ConfigError(f"the privacy request counts {config.privacy.teachers} teacher(s) but the teacher has "
+                          f"{members}: the mechanism and its accounting depend on it")
+    if members > 1 and (config.discriminator == "teacher" or config.generator_pretrain_steps):
+        raise ConfigError("the teacher as discriminator (DPSD-T, generator pretraining) needs a single teacher, "
+                          "not an ensemble")
+
+
+def check_remote_settings(config: TranscriptionConfig) -> None:
+    """Owners elsewhere answer only through their mechanism (data mode): nothing here may read a teacher."""
+    if config.privacy.mode != "data":
+        raise ConfigError(f"data owners answer in data mode, not {config.privacy.mode}")
+    if config.generator_sees_teacher or config.sample_source is not None:
+        raise ConfigError("with the teachers held by data owners the generator learns from the student only (no "
+                          "teacher discriminator, pretraining, adversarial term or sample source)")
 
 
 class AnswerJournal:

@@ -1,14 +1,15 @@
-"""Federated transcription on Flower: PATE across data owners (and FedDPSD, seed 000's Algorithm 2).
+"""Federated transcription on Flower: PATE across data owners, and FedDPSD (seed 000's Algorithm 2).
 
 Several owners each hold private data and their own teachers; no party may see another's data or raw answers.
 1. Owners: each trains its teachers on the examples it holds (federated/owners.py simulates the owners here).
-2. Plan: the server fixes the queries (public images) and calibrates each owner's share of the noise so that the
-   sum of at least `owners - dropouts` shares meets the budget (`DistributedDiscreteGaussianQuery`, RDP,
-   replace-one, one example held by one owner).
-3. Ask: round by round, the owners answer the queries through secure aggregation (federated/server_app.py,
-   client_app.py): each owner's vote counts plus its discrete Gaussian share, masked; the server learns the sum,
-   which it journals before the next round.
-4. Learn: the student learns from the noisy sums exactly as PATE's does on one machine (methods/pate.py).
+2. Plan: the server fixes what it will ask (PATE: public images; FedDPSD: T iterations of b synthetic images) and
+   calibrates each owner's share of the noise so that the sum of at least `owners - dropouts` shares meets the
+   budget (`DistributedDiscreteGaussianQuery`, RDP, replace-one, one example held by one owner).
+3. Ask: round by round, the owners answer through secure aggregation (federated/server_app.py, client_app.py):
+   each owner's vote counts (PATE) or bounded distillation gradients on an integer grid (FedDPSD) plus its
+   discrete Gaussian share, masked; the server learns the sum, which it journals before the next round.
+4. Learn: PATE's student learns from the noisy sums exactly as on one machine (methods/pate.py); FedDPSD's
+   student and generator learn inside the DPSD engine as the rounds come (federated/transcription.py).
 The engine is Flower's simulation in this process or a deployment of separate processes on loopback.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import Tensor
 
 from dpdistill.atomic import write_atomically
 from dpdistill.data import load_dataset
@@ -35,13 +37,18 @@ from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
 from dpdistill.federated.owners import check_owners, owner_directory
-from dpdistill.federated.protocol import CLIP_TAIL, Encoding, Wire, query_cost
+from dpdistill.federated.protocol import CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, Wire, query_cost
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
+from dpdistill.federated.transcription import gradient_privacy_plan, read_result
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.config import TranscriptionConfig
+from dpdistill.methods.engine import TranscriptionResult, check_remote_settings
 from dpdistill.methods.pate import (ANSWERS_FILE, COVERS, Answers, PateConfig, answer_accuracy, choose_queries,
                                    train_student)
 from dpdistill.methods.teachers import classifier_meta
-from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate
+from dpdistill.methods.transcription import COVERS as TRANSCRIPTION_COVERS, transcription_release
+from dpdistill.models.registry import build_classifier, build_generator
+from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate, paper_epsilon_dpsd_data
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import noise_source
@@ -49,6 +56,10 @@ from dpdistill.reporting.report import federated_markdown
 from dpdistill.runs import release_state, saved_config
 
 PLAN_FILE, QUERIES_FILE, ROUNDS_DIR = "plan.json", "queries.safetensors", "rounds"
+AGGREGATION = {"pate": "each owner's members' vote counts plus its own discrete Gaussian share, summed by SecAgg+ "
+                       "(the server sees only the sum)",
+               "dpsd": "each owner's members' bounded distillation gradients on an integer grid plus its own discrete "
+                       "Gaussian share, summed by SecAgg+ (the server sees only the sum)"}
 
 
 class FederationError(ConfigError):
@@ -60,8 +71,8 @@ class Federated(Method):
     summary = "data owners' teachers answer through secure aggregation with distributed noise (Flower)"
     needs = Needs.ENSEMBLE
     command = "federated"
-    paper = ("PATE (Papernot et al. 2018) across data owners: SecAgg+ (Bell et al. 2020), distributed discrete "
-             "Gaussian (Kairouz, Liu and Steinke 2021)")
+    paper = ("PATE (Papernot et al. 2018) and FedDPSD (seed 000, Algorithm 2) across data owners: SecAgg+ (Bell "
+             "et al. 2020), distributed discrete Gaussian (Kairouz, Liu and Steinke 2021)")
 
     def plan(self, source: Source, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> "FederatedJob":
         return FederatedJob(Path(source.teacher), config, out_dir, progress)
@@ -79,70 +90,104 @@ class Federated(Method):
         return federated_markdown(report)
 
 
-def plan_votes(config: FederatedConfig, queries: int, num_classes: int, in_shape: tuple[int, ...]
-               ) -> tuple[Wire, DistributedDiscreteGaussianQuery]:
-    """Each owner's noise share for `queries` vote histograms within the budget, and the wire that carries them:
-    an owner's counts reach at most its member count, one example moves one vote (two counts by one)."""
-    members, owners, dropouts = config.members, config.clients, config.dropouts
-    template = Wire(num_classes, tuple(in_shape), 1.0, 2, float(members), math.sqrt(2))
+def calibrated_wire(config: FederatedConfig, template: Wire, queries: int
+                    ) -> tuple[Wire, DistributedDiscreteGaussianQuery]:
+    """Each owner's noise share for `queries` answers of the `template`'s form within the budget, and the wire that
+    carries them (its integer encoding sized for answers up to the row bound plus the noise)."""
+    owners, dropouts = config.clients, config.dropouts
     query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts),
                       queries, config.epsilon, config.delta)
-    encoding = Encoding.for_answers(members, query.share_sigma, owners)
+    encoding = Encoding.for_answers(template.row_bound, query.share_sigma, owners)
     return dataclasses.replace(template, share_sigma=query.share_sigma,
                                clipping_range=encoding.clipping_range), query
 
 
+def vote_wire(config: FederatedConfig, num_classes: int, in_shape: tuple[int, ...]) -> Wire:
+    """PATE's answers: an owner's counts reach at most its member count, one example moves one vote (two counts by
+    one)."""
+    return Wire(num_classes, tuple(in_shape), 1.0, 2, float(config.members), math.sqrt(2))
+
+
+def gradient_wire(config: FederatedConfig, transcription: TranscriptionConfig, num_classes: int,
+                  in_shape: tuple[int, ...]) -> Wire:
+    """FedDPSD's answers: the sum of an owner's members' gradients, each of norm at most GRID_STEPS grid units."""
+    answer = GradientAnswer(transcription.distill_loss, transcription.dkd_alpha, transcription.dkd_beta,
+                            transcription.temperature, transcription.top_k, transcription.gradient_operation)
+    return Wire(num_classes, tuple(in_shape), 1.0, 2, float(config.members * GRID_STEPS),
+                answer.sensitivity(num_classes), answer)
+
+
 @dataclass(frozen=True)
 class ServerPlan:
-    """The server's side of a federated run, fixed before any owner trains: data set, public split, mechanism."""
+    """The server's side of a federated run, fixed before any owner trains: data set, what is asked, mechanism."""
 
     evaluation: ImageDataset
-    pate: PateConfig
-    split: PublicSplit
     wire: Wire
     query: DistributedDiscreteGaussianQuery
+    queries: int  # answers (query rows) the run asks for
+    pate: PateConfig | None = None  # PATE: the public split and the student's training
+    split: PublicSplit | None = None
+    transcription: TranscriptionConfig | None = None  # FedDPSD: the engine's settings
 
     @classmethod
     def of(cls, config: FederatedConfig) -> "ServerPlan":
         evaluation = load_dataset(config.dataset)
-        pate = config.pate_config(len(evaluation.y_test))
-        split = public_split(evaluation, pate.public, pate.pool_size)
-        wire, query = plan_votes(config, pate.queries, evaluation.num_classes, evaluation.input_shape)
-        return cls(evaluation, pate, split, wire, query)
+        num_classes, in_shape = evaluation.num_classes, evaluation.input_shape
+        if config.method == "pate":
+            pate = config.pate_config(len(evaluation.y_test))
+            split = public_split(evaluation, pate.public, pate.pool_size)
+            wire, query = calibrated_wire(config, vote_wire(config, num_classes, in_shape), pate.queries)
+            return cls(evaluation, wire, query, pate.queries, pate=pate, split=split)
+        transcription = config.transcription_config()
+        transcription.validate(num_classes)
+        check_remote_settings(transcription)
+        queries = transcription.query_iterations(transcription.iterations) * transcription.batch_size
+        wire, query = calibrated_wire(config, gradient_wire(config, transcription, num_classes, in_shape), queries)
+        return cls(evaluation, wire, query, queries, transcription=transcription)
 
 
 class FederatedJob(Job):
-    """Federated PATE, planned: the owners exist, the noise share is calibrated, nothing is asked yet."""
+    """A federated run, planned: the owners exist, the noise share is calibrated, nothing is asked yet."""
 
     def __init__(self, owners_root: Path, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> None:
         check_owners(owners_root, config)
         self.owner_dirs = [owner_directory(owners_root, index) for index in range(config.clients)]
-        server = ServerPlan.of(config)
-        self.evaluation, self.pate, self.split, self.wire, self.query = (server.evaluation, server.pate, server.split,
-                                                                         server.wire, server.query)
+        self.server = ServerPlan.of(config)
         self.config, self.progress = config, progress
         self.ledger_dir = owners_root
-        self.planned = Release.of_query(self.query, self.pate.queries, config.delta)
+        self.planned = Release.of_query(self.server.query, self.server.queries, config.delta)
         self.state_dir = release_state(out_dir)
 
-    def _write_plan(self, split_pool: torch.Tensor) -> FederationPlan:
-        """The queries and the plan the server runs from, kept before the first round."""
-        indices = choose_queries(split_pool, self.pate)
+    def _write_plan(self) -> FederationPlan:
+        """The plan the server runs from (and PATE's queries), kept before the first round."""
+        config, server = self.config, self.server
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        tensors = {"images": split_pool[indices].contiguous(), "indices": indices.contiguous()}
-        write_atomically({self.state_dir / QUERIES_FILE: lambda temporary: save_file(tensors, temporary)})
         # a simulated owner cannot vanish, and its stages queue on this machine's workers: wait for every reply
-        timeout = self.config.stage_timeout if self.config.engine == "deployment" else None
-        plan = FederationPlan(self.wire, self.config.clients, self.config.dropouts, self.config.round_queries,
-                              str((self.state_dir / QUERIES_FILE).resolve()),
-                              str((self.state_dir / ROUNDS_DIR).resolve()), timeout)
+        timeout = config.stage_timeout if config.engine == "deployment" else None
+        plan = FederationPlan(server.wire, config.clients, config.dropouts,
+                              str((self.state_dir / ROUNDS_DIR).resolve()), timeout, config.method, config.members)
+        if server.pate is not None:
+            indices = choose_queries(server.split.pool, server.pate)
+            tensors = {"images": server.split.pool[indices].contiguous(), "indices": indices.contiguous()}
+            write_atomically({self.state_dir / QUERIES_FILE: lambda temporary: save_file(tensors, temporary)})
+            plan = dataclasses.replace(plan, round_queries=config.round_queries,
+                                       queries_file=str((self.state_dir / QUERIES_FILE).resolve()))
+        else:
+            plan = dataclasses.replace(plan, transcription=server.transcription.to_dict(), dataset=config.dataset,
+                                       work_dir=str(self.state_dir.parent.resolve()))
         plan.save(self.state_dir / PLAN_FILE)
         return plan
 
-    def _federate(self, plan: FederationPlan, plan_path: Path, rows: int) -> dict[str, Any]:
+    def _rounds(self, plan: FederationPlan) -> int:
+        transcription = self.server.transcription
+        if transcription is not None:
+            return transcription.query_iterations(transcription.iterations)
+        return len(plan.rounds(self.server.queries))
+
+    def _federate(self, plan: FederationPlan, plan_path: Path) -> dict[str, Any]:
         """Run the rounds not yet journaled on the chosen engine, reporting each journaled round as it lands."""
         started, finished = time.perf_counter(), threading.Event()
-        watcher = threading.Thread(target=self._watch_rounds, args=(plan, rows, finished), daemon=True)
+        watcher = threading.Thread(target=self._watch_rounds, args=(plan, finished), daemon=True)
         watcher.start()
         try:
             if self.config.engine == "simulation":
@@ -153,8 +198,8 @@ class FederatedJob(Job):
             finished.set()
             watcher.join()
 
-    def _watch_rounds(self, plan: FederationPlan, rows: int, finished: threading.Event) -> None:
-        journal, total, reported = RoundJournal(Path(plan.journal_dir)), len(plan.rounds(rows)), -1
+    def _watch_rounds(self, plan: FederationPlan, finished: threading.Event) -> None:
+        journal, total, reported = RoundJournal(Path(plan.journal_dir)), self._rounds(plan), -1
         while True:
             done = sum(journal.done(index) for index in range(total))
             if self.progress and done != reported:
@@ -163,34 +208,31 @@ class FederatedJob(Job):
             if finished.wait(1.0):
                 return
 
-    def _answers(self, plan: FederationPlan, indices: torch.Tensor, federation: dict[str, Any]
-                 ) -> tuple[Answers, list[int], list[int]]:
-        """The released sums as PATE's answers (lost rounds left out: spent, unanswered), the owners that
-        contributed to each, and the lost rounds; or a clean stop at the first round not asked."""
-        journal = RoundJournal(Path(plan.journal_dir))
-        rounds = plan.rounds(len(indices))
-        sums, contributors, asked, lost = [], [], [], []
-        for index, rows in enumerate(rounds):
+    def _kept_rounds(self, plan: FederationPlan, federation: dict[str, Any], answered: bool
+                     ) -> tuple[list[tuple[Tensor, int] | None], list[int]]:
+        """Each round's released sum and contributors (None: lost, spent and unanswered) and the lost rounds'
+        numbers; a clean stop at the first round not asked, unless the server `answered` every round (FedDPSD's
+        engine finished: rounds after the budget's last are never asked)."""
+        journal, total = RoundJournal(Path(plan.journal_dir)), self._rounds(plan)
+        kept, lost = [], []
+        for index in range(total):
             if journal.lost(index):
                 lost.append(index + 1)
+                kept.append(None)
                 continue
-            kept = journal.read(index)
-            if kept is None:
+            result = journal.read(index)
+            if result is None and not answered:
                 failure = journal.failure() or {"round": index, "reason": self._stopped(federation)}
-                where = (f"at round {failure['round'] + 1} of {len(rounds)}" if failure["round"] >= 0
+                where = (f"at round {failure['round'] + 1} of {total}" if failure["round"] >= 0
                          else "before its first round")
                 raise FederationError(
                     f"the federation stopped {where}: {failure['reason']}; the rounds before it are kept and the "
                     f"whole budget stays reserved: --resume continues once the owners are back")
-            sums.append(kept[0])
-            contributors.append(kept[1])
-            asked.append(indices[rows])
-        if not sums:
-            raise FederationError(f"every one of the {len(rounds)} rounds was lost (owners failed during secure "
+            kept.append(result)
+        if all(result is None for result in kept):
+            raise FederationError(f"every one of the {total} rounds was lost (owners failed during secure "
                                   f"aggregation): the budget is spent, nothing was learnt")
-        votes = torch.cat(sums).float()
-        answers = Answers(torch.cat(asked), votes, votes.argmax(1), torch.ones(len(votes), dtype=torch.bool))
-        return answers, contributors, lost
+        return kept, lost
 
     def _stopped(self, federation: dict[str, Any]) -> str:
         """Why a run without a recorded failure ended early: the server process itself."""
@@ -200,51 +242,102 @@ class FederatedJob(Job):
         return "the server stopped"
 
     def run(self, resume: bool) -> Outcome:
-        config, started = self.config, time.perf_counter()
-        num_classes = self.evaluation.num_classes
-        split = self.split
+        started = time.perf_counter()
         plan_path = self.state_dir / PLAN_FILE
-        plan = FederationPlan.load(plan_path) if resume else self._write_plan(split.pool)
+        plan = FederationPlan.load(plan_path) if resume else self._write_plan()
+        federation = self._federate(plan, plan_path)
+        if self.server.pate is not None:
+            outcome = self._learn_pate(plan, federation, started)
+        else:
+            outcome = self._learn_dpsd(plan, federation)
+        outcome.report["timing"]["wall_seconds"] = time.perf_counter() - started
+        outcome.report["resumed"] = resume
+        return outcome
+
+    def _federation_report(self, federation: dict[str, Any], kept: list, lost: list[int]) -> dict[str, Any]:
+        return {**federation, "method": self.config.method, "owners": [str(path) for path in self.owner_dirs],
+                "rounds": len(kept),
+                "contributors": [result[1] for result in kept if result is not None], "lost_rounds": lost}
+
+    def _privacy(self) -> dict[str, Any]:
+        """The report's privacy section, the same for both methods but for what the owners answer."""
+        config, server = self.config, self.server
+        return {"epsilon": self.planned.epsilon, "delta": config.delta, "queries": server.queries,
+                "accountant": "dp-accounting RDP of the distributed discrete Gaussian (Kairouz, Liu and Steinke "
+                              "2021)",
+                "aggregation": AGGREGATION[config.method],
+                "unit": "one private training example (held by one owner, it changes one member's answer)",
+                **SAME_UNDER_BOTH, "epsilon_replace_one": self.planned.epsilon,
+                "epsilon_add_remove": self.planned.epsilon, "epsilon_rdp": self.planned.epsilon,
+                "budget_epsilon": config.epsilon, "mode": "data", "owners": config.clients,
+                "dropouts": config.dropouts, "threshold": config.clients - config.dropouts,
+                "share_sigma": server.wire.share_sigma, "sigma_at_threshold": server.query.total_sigma,
+                "noise_multiplier": server.query.noise_multiplier, "clipping_range": server.wire.clipping_range,
+                "clip_probability_bound": CLIP_TAIL, "noise": noise_source().description}
+
+    def _learn_pate(self, plan: FederationPlan, federation: dict[str, Any], started: float) -> Outcome:
+        """PATE's student from the released vote sums, as on one machine (lost rounds left out)."""
+        config, server = self.config, self.server
+        split, pate, num_classes = server.split, server.pate, server.evaluation.num_classes
         indices = load_file(plan.queries_file)["indices"]
-        federation = self._federate(plan, plan_path, len(indices))
-        answers, contributors, lost = self._answers(plan, indices, federation)
+        kept, lost = self._kept_rounds(plan, federation, answered=False)
+        asked = [indices[rows] for rows, result in zip(plan.rounds(len(indices)), kept) if result is not None]
+        votes = torch.cat([result[0] for result in kept if result is not None]).float()
+        answers = Answers(torch.cat(asked), votes, votes.argmax(1), torch.ones(len(votes), dtype=torch.bool))
         answers.save(self.state_dir / ANSWERS_FILE)
         release_seconds = time.perf_counter() - started
-        sigma = self.wire.share_sigma * math.sqrt(min(contributors))  # the sums' noise, for posterior targets
+        contributors = [result[1] for result in kept if result is not None]
+        sigma = server.wire.share_sigma * math.sqrt(min(contributors))  # the sums' noise, for posterior targets
         student_progress = None if self.progress is None else (
-            lambda record: self.progress({**record, "total": self.pate.progress_total()}))
-        student, history = train_student(split, answers, self.pate, num_classes, sigma, student_progress)
-        privacy = {"epsilon": self.planned.epsilon, "delta": config.delta, "queries": self.pate.queries,
-                   "accountant": "dp-accounting RDP of the distributed discrete Gaussian (Kairouz, Liu and Steinke "
-                                 "2021)",
-                   "aggregation": "each owner's members' vote counts plus its own discrete Gaussian share, summed "
-                                  "by SecAgg+ (the server sees only the sum)",
-                   "unit": "one private training example (held by one owner, it changes one member's vote)",
-                   **SAME_UNDER_BOTH, "epsilon_replace_one": self.planned.epsilon,
-                   "epsilon_add_remove": self.planned.epsilon, "epsilon_rdp": self.planned.epsilon,
-                   "budget_epsilon": config.epsilon, "mode": "data", "owners": config.clients,
-                   "dropouts": config.dropouts, "threshold": config.clients - config.dropouts,
-                   "share_sigma": self.wire.share_sigma, "sigma_at_threshold": self.query.total_sigma,
-                   "noise_multiplier": self.query.noise_multiplier, "clipping_range": self.wire.clipping_range,
-                   "clip_probability_bound": CLIP_TAIL,
-                   "noise": noise_source().description}
+            lambda record: self.progress({**record, "total": pate.progress_total()}))
+        student, history = train_student(split, answers, pate, num_classes, sigma, student_progress)
         report = {"dataset": config.dataset, "public": split.description,
-                  "federation": {**federation, "owners": [str(path) for path in self.owner_dirs],
-                                 "rounds": len(contributors), "contributors": contributors,
-                                 "lost_rounds": lost},
+                  "federation": self._federation_report(federation, kept, lost),
                   "accuracy": {"student": history[-1]["test_accuracy"],
                                "answers": answer_accuracy(answers, split.pool_labels)},
-                  "timing": {"wall_seconds": time.perf_counter() - started, "release_seconds": release_seconds},
-                  "history": history, "resumed": resume}
+                  "timing": {"release_seconds": release_seconds}, "history": history}
         answers_path = self.state_dir / ANSWERS_FILE
 
         def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
 
-        meta = classifier_meta(self.pate.student_arch, self.evaluation.input_shape, num_classes, config.dataset)
-        return Outcome(report=report, privacy=privacy, covers=COVERS,
+        meta = classifier_meta(pate.student_arch, server.evaluation.input_shape, num_classes, config.dataset)
+        return Outcome(report=report, privacy=self._privacy(), covers=COVERS,
                        models={"student": (student, {**meta, PUBLIC_POOL: dataclasses.asdict(split.source)})},
-                       private_record=lambda: {"owners": [json.loads((path / "report.json").read_text())["accuracy"]
-                                                          for path in self.owner_dirs
-                                                          if (path / "report.json").exists()]},
-                       release=self.planned, write_files=write_files)
+                       private_record=self._owners_record, release=self.planned, write_files=write_files)
+
+    def _learn_dpsd(self, plan: FederationPlan, federation: dict[str, Any]) -> Outcome:
+        """FedDPSD's student and generator, as the server's engine left them."""
+        config, server, transcription = self.config, self.server, self.server.transcription
+        in_shape, num_classes = tuple(server.evaluation.input_shape), server.evaluation.num_classes
+        saved = read_result(Path(plan.work_dir))
+        kept, lost = self._kept_rounds(plan, federation, answered=saved is not None)
+        if saved is None:
+            raise FederationError(f"every round was answered but the server stopped before keeping the student "
+                                  f"({self._stopped(federation)}): --resume finishes it without asking again")
+        student = build_classifier(transcription.student_arch, in_shape, num_classes)
+        student.load_state_dict(saved["student"])
+        generator = build_generator(transcription.latent_dim, in_shape, transcription.generator_width)
+        generator.load_state_dict(saved["generator"])
+        privacy_plan = gradient_privacy_plan(transcription, server.wire, config.clients, config.dropouts,
+                                             num_classes)
+        result = TranscriptionResult(student.eval(), generator.eval(), saved["latents"], privacy_plan,
+                                     int(saved["answered"]), saved["history"], float(saved["wall_seconds"]),
+                                     noise_source(), saved["phases"])
+        report, models, write_files = transcription_release(result, transcription, in_shape, num_classes,
+                                                            config.dataset)
+        report.update(federation=self._federation_report(federation, kept, lost),
+                      engine_config=transcription.to_dict())
+        sigma = server.query.total_sigma / GRID_STEPS  # the sum's noise in units of beta, as the seed states it
+        privacy = {**self._privacy(), "beta": transcription.privacy.beta, "sigma": sigma,
+                   "paper_epsilon": paper_epsilon_dpsd_data(transcription.privacy.beta, num_classes,
+                                                            transcription.batch_size, self._rounds(plan), sigma,
+                                                            config.delta),
+                   "paper_epsilon_label": "paper formula (DPSD Theorem 1) at the sum's noise, NOT a guarantee"}
+        return Outcome(report=report, privacy=privacy, covers=TRANSCRIPTION_COVERS, models=models,
+                       private_record=self._owners_record, release=self.planned, write_files=write_files)
+
+    def _owners_record(self) -> dict[str, Any]:
+        """The owners' teachers' accuracies: private, never in the released report."""
+        return {"owners": [json.loads((path / "report.json").read_text())["accuracy"] for path in self.owner_dirs
+                           if (path / "report.json").exists()]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from safetensors.torch import save_file
@@ -16,7 +16,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import predict
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.config import PRESETS, TranscriptionConfig
-from dpdistill.methods.engine import TranscriptionEngine
+from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
@@ -109,37 +109,45 @@ class TranscriptionJob(Job):
         privacy = {**result.privacy_summary(), **self.partition}
         if self.source is not None:
             privacy = self.source.privacy(privacy, route)
-        num_classes = int(self.meta["num_classes"])
-        generator_meta = {"kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(self.in_shape),
-                          "width": list(config.generator_width), "dataset": self.dataset_name,
-                          "dpdistill_version": __version__}
-        queries = max(result.answered, 1)
-        report = {"privacy_mode": config.privacy.mode, "dataset": self.dataset_name,
-                  "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
-                  "timing": {"wall_seconds": result.wall_seconds,
-                             "samples_per_second": queries / max(result.wall_seconds, 1e-9),
-                             "phases": result.phase_seconds},
-                  "history": result.history}
-        models = {"student": (result.student, classifier_meta(config.student_arch, self.in_shape, num_classes,
-                                                               self.dataset_name))}
-        if self.source is None:
-            models["generator"] = (result.generator, generator_meta)
-        else:
+        report, models, write_files = transcription_release(result, config, self.in_shape,
+                                                            int(self.meta["num_classes"]), self.dataset_name,
+                                                            trained_generator=self.source is None)
+        if self.source is not None:
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
-
-        def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
-            """The latent vectors, 64 samples titled with the student's classes (of a trained generator only),
-            and the training curve."""
-            if self.source is None:
-                save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
-                with torch.no_grad():
-                    samples = result.generator(result.latents[:64])
-                labels = predict(result.student, samples, device=config.device).tolist()
-                save_image_grid(samples, out_dir / "samples.png", labels=labels)
-            save_training_curve(result.history, out_dir / "training.png")
-
         return Outcome(
             report=report, privacy=privacy, covers=COVERS if self.source is None else SOURCE_COVERS, models=models,
             private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
                 self.teacher, self.meta, self.dataset, self.dataset_name, config.device)}},
             release=self._run_release(route), write_files=write_files)
+
+
+def transcription_release(result: TranscriptionResult, config: TranscriptionConfig, in_shape: tuple[int, ...],
+                          num_classes: int, dataset_name: str | None, trained_generator: bool = True
+                          ) -> tuple[dict[str, Any], dict[str, Any], Callable[[Path, dict[str, Any]], None]]:
+    """What a finished engine releases, wherever its teacher was: the report's accuracy, timing and history, the
+    student (and a trained generator), and the files beside them."""
+    queries = max(result.answered, 1)
+    report = {"privacy_mode": config.privacy.mode, "dataset": dataset_name,
+              "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
+              "timing": {"wall_seconds": result.wall_seconds,
+                         "samples_per_second": queries / max(result.wall_seconds, 1e-9),
+                         "phases": result.phase_seconds},
+              "history": result.history}
+    models = {"student": (result.student, classifier_meta(config.student_arch, in_shape, num_classes, dataset_name))}
+    if trained_generator:
+        models["generator"] = (result.generator, {
+            "kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
+            "width": list(config.generator_width), "dataset": dataset_name, "dpdistill_version": __version__})
+
+    def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
+        """The latent vectors, 64 samples titled with the student's classes (of a trained generator only), and
+        the training curve."""
+        if trained_generator:
+            save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
+            with torch.no_grad():
+                samples = result.generator(result.latents[:64])
+            labels = predict(result.student, samples, device=config.device).tolist()
+            save_image_grid(samples, out_dir / "samples.png", labels=labels)
+        save_training_curve(result.history, out_dir / "training.png")
+
+    return report, models, write_files

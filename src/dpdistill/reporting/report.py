@@ -346,32 +346,55 @@ PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), (
 
 FEDERATED_ROWS = (("owners", "data owners"), ("threshold", "owners needed in every round (owners - dropouts)"),
                   ("queries", "queries asked"), ("share_sigma", "each owner's noise share (sigma)"),
-                  ("sigma_at_threshold", "noise on each sum at the threshold (sigma)"))
+                  ("sigma_at_threshold", "noise on each sum at the threshold (sigma)"),
+                  ("beta", "bound on each member's gradient (beta)"),
+                  ("sigma", "noise on each sum in units of beta (the seed's sigma)"))
 
 
 def federated_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a federated run: the guarantee, the federation's rounds, the student."""
     privacy, accuracy, federation = report["privacy"], report["accuracy"], report["federation"]
-    lines = [f"# dpdistill report: federated PATE across {privacy['owners']} data owners, {report['dataset']}", "",
+    pate = federation.get("method", "pate") == "pate"
+    lines = [f"# dpdistill report: federated {'PATE' if pate else 'DPSD (FedDPSD)'} across {privacy['owners']} "
+             f"data owners, {report['dataset']}", "",
              f"{_guarantee(privacy)} with respect to {privacy['unit']} "
              f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. No party saw an "
-             f"owner's data or its answers; the owners' teachers are not private and stay with their owners.", "",
-             f"Public images: {report['public']}.", "",
-             "| quantity | value |", "| --- | --- |",
-             f"| student accuracy (real test images, none of them public) | {_percent(accuracy['student'])} |",
-             f"| answers naming the true class | {_percent(accuracy['answers'])} |",
-             f"| epsilon (sound, RDP) | {_number(privacy['epsilon'])} |"]
+             f"owner's data or its answers; the owners' teachers are not private and stay with their owners.", ""]
+    lines += [f"Public images: {report['public']}.", ""] if pate else []
+    lines += ["| quantity | value |", "| --- | --- |",
+              f"| student accuracy (real test images{', none of them public' if pate else ''}) | "
+              f"{_percent(accuracy['student'])} |"]
+    lines += [f"| answers naming the true class | {_percent(accuracy['answers'])} |"] if pate else []
+    lines += [f"| epsilon (sound, RDP) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in FEDERATED_ROWS if key in privacy]
+    if "paper_epsilon" in privacy:
+        lines.append(f"| paper_epsilon ({privacy['paper_epsilon_label']}) | {_number(privacy['paper_epsilon'])} |")
     lines += [f"| engine | {federation['engine']} |",
               f"| secure-aggregation rounds | {federation['rounds']} |",
-              f"| owners that contributed, per round | {', '.join(map(str, federation['contributors']))} |",
+              f"| owners that contributed, per round | {_contributors(federation['contributors'])} |",
               f"| rounds lost during secure aggregation (spent, unanswered) | "
               f"{', '.join(map(str, federation['lost_rounds'])) or 'none'} |",
               f"| federation wall time | {federation['wall_seconds']:.1f} s |",
               f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
-              f"{report['timing']['wall_seconds']:.1f} s |",
-              "", "## Student rounds", ""]
-    return "\n".join(lines + _student_rounds(report, "sums")) + "\n"
+              f"{report['timing']['wall_seconds']:.1f} s |", ""]
+    if pate:
+        return "\n".join(lines + ["## Student rounds", ""] + _student_rounds(report, "sums")) + "\n"
+    engine_config = json.dumps(_jsonable(report["engine_config"]), indent=2)
+    lines += ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
+              "Titles are the student's predicted classes.", "", "## Training", "", "![training curve](training.png)",
+              "", "## Configuration of the server's engine", "", "```json", engine_config, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _contributors(counts: list[int]) -> str:
+    """Per-round contributor counts, run-length encoded (a FedDPSD run has hundreds of rounds)."""
+    runs: list[list[int]] = []
+    for count in counts:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ", ".join(f"{count} x {repeat}" if repeat > 1 else str(count) for count, repeat in runs)
 
 
 def pate_markdown(report: dict[str, Any]) -> str:

@@ -28,6 +28,18 @@ class Annotator(Protocol):
         or (members, n, classes) for an ensemble."""
 
 
+class RemoteAnnotator(Protocol):
+    def annotate(self, images: Tensor, student_logits: Tensor, ledger: PrivacyLedger) -> Tensor:
+        """Soft targets as `Annotator`'s, from teachers held elsewhere that see only the images and the
+        student's logits; the answers are charged to `ledger` before they are asked."""
+
+
+def gradient_targets(student_logits: Tensor, noisy_sum: Tensor, step: float, count: int) -> Tensor:
+    """DPSD Eq. 3's targets: the student's logits moved against the mean of `count` teachers' noisy bounded
+    gradients (their noisy sum divided by `count`), as probabilities."""
+    return F.softmax(student_logits.detach() - step * noisy_sum / count, dim=1)
+
+
 def as_members(teacher_logits: Tensor) -> Tensor:
     """Teacher answers as (members, n, classes): a single teacher is an ensemble of one."""
     return teacher_logits if teacher_logits.dim() == 3 else teacher_logits.unsqueeze(0)
@@ -105,7 +117,7 @@ class OutputGradientAnnotator:
         gradients = self.gradient(members.reshape(-1, classes), student_logits.repeat(count, 1))
         bounded = bounded_output_gradient(gradients, self.beta, self.top_k, self.operation).view(members.shape).sum(0)
         noisy = bounded + self.noise.normal(bounded.shape, self.sigma * self.beta, bounded.device)
-        return F.softmax(student_logits.detach() - self.step * noisy / count, dim=1)
+        return gradient_targets(student_logits, noisy, self.step, count)
 
 
 @dataclass
