@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
@@ -306,3 +306,24 @@ def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_c
     entries = json.loads((digits_ensemble / "ledger.json").read_text())["entries"]
     (entry,) = [entry for entry in entries if entry["out_dir"] == str(tmp_path.resolve())]
     assert entry["status"] == "reserved" and entry["event"]["count"] == 40  # the release happened: it counts
+
+
+def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(digits_ensemble: Path, tmp_path: Path):
+    config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
+                        student_training="tangent-normal", consistency_steps=300, vae_steps=300, **LOUD)
+    report = pate(digits_ensemble, config, tmp_path)
+    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
+    assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()
+
+
+def test_lnmax_answers_carry_discrete_laplace_noise_and_refuse_posterior_targets(digits_ensemble: Path,
+                                                                                 tmp_path: Path):
+    config = PateConfig(queries=100, public_size=250, self_training_rounds=0, vote_noise="laplace", epsilon=1e6,
+                        sigma=1, min_steps=100)
+    report = pate(digits_ensemble, config, tmp_path)
+    assert report["accuracy"]["answers"] > 0.6  # four members' votes, noise of scale 1: measured 0.79 to 0.85
+    assert "discrete Laplace noise (LNMax)" in report["privacy"]["aggregation"]
+    noise = load_file(tmp_path / ANSWERS_FILE)["votes"]
+    assert torch.equal(noise, noise.round())  # integer counts plus integer noise
+    with pytest.raises(ConfigError, match="posterior targets model Gaussian"):
+        PateConfig(epsilon=1, vote_noise="laplace", answer_targets="posterior")

@@ -5,6 +5,7 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+import scipy.stats
 from dp_accounting import gaussian_mechanism
 
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
@@ -13,6 +14,7 @@ from dpdistill.privacy.budget import PrivacyRequest, plan_privacy
 from helpers import lattice_epsilon, self_convolved
 from dpdistill.privacy.accounting import (
     DiscreteGaussianQuery,
+    DiscreteLaplaceQuery,
     DistributedDiscreteGaussianQuery,
     GaussianQuery,
     PrivacyLedger,
@@ -191,3 +193,41 @@ def test_small_shares_pay_the_distributed_correction():
 def test_distributed_shares_refuse_a_threshold_of_nobody():
     with pytest.raises(PrivacyParameterError):
         DistributedDiscreteGaussianQuery(1.0, 1.0, 10, 3, 3)
+
+
+def _exact_laplace_vote_epsilon(scale: int, count: int, delta: float) -> float:
+    """LNMax, exactly: each of the two counts that move has privacy loss +1/scale when its discrete Laplace noise
+    is <= 0 (probability 1 / (1 + p), p = e^(-1/scale)) and -1/scale otherwise, so `count` answers sum 2 count
+    such signs: a binomial."""
+    p = math.exp(-1 / scale)
+    signs = 2 * count
+    ups = np.arange(signs + 1)
+    pmf = scipy.stats.binom.pmf(ups, signs, 1 / (1 + p))
+    return lattice_epsilon(pmf, (2 * ups - signs) / scale, delta)
+
+
+@pytest.mark.parametrize("scale, count", [(1, 1), (40, 1), (40, 27), (40, 1300), (5, 200)])
+def test_discrete_laplace_votes_epsilon_is_an_upper_bound_near_the_exact_one(scale, count):
+    exact = _exact_laplace_vote_epsilon(scale, count, DELTA)
+    query = DiscreteLaplaceQuery(scale)
+    assert exact - 1e-9 <= composed_epsilon(query, count, DELTA) <= exact * (1 + 1e-3) + 1e-9
+    assert composed_epsilon(query, count, DELTA) <= count * 2 / scale  # never above basic composition
+
+
+def test_lnmax_at_dgds_scale_is_sound_at_the_papers_query_counts():
+    """DGD's 2 / eps0 = 40: its 27 and 1,300 answers spend a sound 0.646 and 5.81 (the paper states 1 and 10)."""
+    query = DiscreteLaplaceQuery(40)
+    assert composed_epsilon(query, 27, DELTA) == pytest.approx(0.646, abs=0.001)
+    assert composed_epsilon(query, 1300, DELTA) == pytest.approx(5.81, abs=0.01)
+    assert query.discrete and query.dp_event() == dp_accounting.GaussianDpEvent(20.0)  # 1 / eps0, through zCDP
+    with pytest.raises(PrivacyParameterError):
+        DiscreteLaplaceQuery(0)
+
+
+def test_lnmax_calibrates_a_whole_number_scale_within_the_budget():
+    request = PrivacyRequest(mode="label", epsilon=1.0, num_candidates=10, teachers=250, vote_noise="laplace")
+    plan = plan_privacy(request, 10, 27, 1)
+    assert isinstance(plan.query, DiscreteLaplaceQuery) and plan.epsilon(27) <= 1.0
+    assert composed_epsilon(DiscreteLaplaceQuery(plan.query.scale - 1), 27, DELTA) > 1.0  # the least noise that fits
+    with pytest.raises(PrivacyParameterError, match="whole number"):
+        PrivacyRequest(mode="label", epsilon=1.0, teachers=250, vote_noise="laplace", sigma=40.5).validate(10)

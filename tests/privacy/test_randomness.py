@@ -63,9 +63,13 @@ def test_discrete_gaussian_matches_its_exact_probabilities(sigma):
     samples = SecureNoise().discrete_gaussian((20_000,), sigma).numpy()
     support = np.arange(-int(8 * sigma) - 2, int(8 * sigma) + 3)
     pmf = np.exp(-support.astype(float) ** 2 / (2 * sigma**2))
-    pmf /= pmf.sum()
     assert samples.min() >= support[0] and samples.max() <= support[-1]
-    # chi-square over bins with enough expected counts (tails pooled into the end bins)
+    assert chi_square_pvalue(samples, support, pmf / pmf.sum()) > REJECT
+
+
+def chi_square_pvalue(samples: np.ndarray, support: np.ndarray, pmf: np.ndarray) -> float:
+    """Chi-square of integer `samples` against `pmf` on `support`, over bins with enough expected counts (the
+    tails pooled into one bin)."""
     expected = pmf * len(samples)
     observed = np.array([(samples == value).sum() for value in support], dtype=float)
     keep = expected >= 5
@@ -74,7 +78,7 @@ def test_discrete_gaussian_matches_its_exact_probabilities(sigma):
     if pooled_expected[-1] < 5:
         pooled_expected, pooled_observed = pooled_expected[:-1], pooled_observed[:-1]
     pooled_expected *= pooled_observed.sum() / pooled_expected.sum()
-    assert scipy.stats.chisquare(pooled_observed, pooled_expected).pvalue > REJECT
+    return scipy.stats.chisquare(pooled_observed, pooled_expected).pvalue
 
 
 def test_discrete_gaussian_refuses_a_bad_sigma():
@@ -93,3 +97,15 @@ def test_categorical_follows_its_weights_and_never_picks_a_zero_weight():
 def test_bernoulli_rate():
     hits = SecureNoise().bernoulli((100_000,), 0.03).sum().item()
     assert scipy.stats.binomtest(hits, 100_000, 0.03).pvalue > REJECT
+
+
+@pytest.mark.parametrize("scale", [1, 4, 40])
+def test_discrete_laplace_matches_its_exact_probabilities(scale):
+    samples = SecureNoise().discrete_laplace((20_000,), scale).numpy()
+    p = math.exp(-1 / scale)
+    support = np.arange(-20 * scale - 2, 20 * scale + 3)  # beyond: mass below e^-20 per sample
+    pmf = (1 - p) / (1 + p) * p ** np.abs(support)
+    assert samples.min() >= support[0] and samples.max() <= support[-1]
+    assert chi_square_pvalue(samples, support, pmf) > REJECT
+    with pytest.raises(PrivacyParameterError):
+        SecureNoise().discrete_laplace((3,), 2.5)

@@ -519,20 +519,27 @@ def pate_command(
     query_selection: str = typer.Option("random", help="which public images are asked: random, or kmeans (the "
                                                        "typical image of each of --queries k-means clusters)"),
     vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
+    vote_noise: str = typer.Option("gaussian", help="gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then "
+                                                    "the whole-number scale)"),
     answer_targets: str = typer.Option("argmax", help="what the student learns from an answer: argmax (the noisy "
                                                       "winner), or posterior (each class's probability of holding "
                                                       "the most votes given the noisy counts; free)"),
     self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
                                                      "labels confidently itself"),
     pseudo_label_confidence: float = typer.Option(0.9, help="the student's probability needed to keep its label"),
-    student_training: str = typer.Option("supervised", help="each round: supervised (the labels alone), or "
+    student_training: str = typer.Option("supervised", help="each round: supervised (the labels alone), "
                                                             "consistency (FixMatch: also the unlabelled public "
-                                                            "images; slower, better from few answers)"),
+                                                            "images; slower, better from few answers) or "
+                                                            "tangent-normal (DGD's, through a VAE of the pool)"),
     consistency_steps: int = typer.Option(3000, help="steps of a consistency round, --batch-size labelled images "
                                                      "each"),
     consistency_threshold: float = typer.Option(0.95, help="the student's probability on an easy view needed to "
                                                            "train on the hard view of an unlabelled image"),
     unlabelled_ratio: int = typer.Option(3, help="unlabelled images per labelled one in a consistency step"),
+    tangent_radius: float = typer.Option(1.0, help="tangent-normal: step along the VAE's manifold (code L2)"),
+    normal_radius: float = typer.Option(0.1, help="tangent-normal: step across it (RMS per pixel)"),
+    entropy_weight: float = typer.Option(1.0, help="tangent-normal: weight of the prediction entropy"),
+    vae_steps: int = typer.Option(3000, help="tangent-normal: steps fitting the VAE to the pool"),
     student_arch: str = typer.Option("datalens", help="the student's architecture, or module:callable"),
     student_init: Optional[Path] = typer.Option(None, help="start the student from this pretrained encoder (a "
                                                            "`dpdistill pretrain` directory on the same public pool)"),
@@ -560,15 +567,17 @@ def pate_command(
         config = PateConfig(
             epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
             public_size=public_size, sample_source=None if sample_source is None else str(sample_source),
-            query_selection=query_selection, vote_margin=vote_margin,
+            query_selection=query_selection, vote_margin=vote_margin, vote_noise=vote_noise,
             answer_targets=answer_targets,
             self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
             student_training=student_training, consistency_steps=consistency_steps,
-            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio, student_arch=student_arch,
+            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio,
+            tangent_radius=tangent_radius, normal_radius=normal_radius, entropy_weight=entropy_weight,
+            vae_steps=vae_steps, student_arch=student_arch,
             student_init=None if student_init is None else str(student_init), epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
             reproducible_noise=reproducible_noise, device=device)
     total = config.progress_total() if config else 1 + self_training_rounds
-    unit = "steps" if config and config.student_training == "consistency" else "rounds"
+    unit = "steps" if config and config.student_training != "supervised" else "rounds"
     bar, update = _progress_bar(total, f"pate student {unit}")
     with bar:
         report = pate(teacher, None if resume else config, out, resume, update, overwrite)

@@ -50,14 +50,16 @@ from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.reporting.report import pate_markdown
 from dpdistill.runs import release_state, saved_config
-from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
+from dpdistill.training.semi_supervised import ConsistencyConfig, manifold_triples, train_consistency
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier
+from dpdistill.training.vae import VaeConfig
 
 
 ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
-STUDENT_TRAININGS = ("supervised", "consistency")
+STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
 ANSWER_TARGETS = ("argmax", "posterior")
+VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)"}
 COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
           "public images hold no private example")
 SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic images and the noisy answers "
@@ -72,7 +74,9 @@ class PateConfig:
     delta: float = 1e-5
     dataset: str | None = None  # whose test split measures accuracy (default: the teachers')
     queries: int = 1000  # public images the ensemble labels (each one answer)
-    sigma: float | None = None  # std of the Gaussian noise on each vote count; None: calibrated to the budget
+    sigma: float | None = None  # std of the Gaussian noise on each vote count (LNMax: the Laplace scale, a whole
+    # number); None: calibrated to the budget
+    vote_noise: str = "gaussian"  # "gaussian" (GNMax) or "laplace" (LNMax, DGD's aggregation: 2 / eps0 = 40)
     public: str | None = None  # data set of the public images; None: the teacher's own test split (see PublicSplit)
     public_size: int | None = None  # how many public images the student may see (labelled or not); None:
     # PUBLIC_POOL_SIZE, or with a sample source all its images
@@ -84,11 +88,17 @@ class PateConfig:
     # probability that each class holds the most votes given the noisy counts (free: the same release)
     self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
     pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
-    student_training: str = "supervised"  # each round: "supervised" on its labels, or "consistency" (FixMatch:
-    # also the unlabelled public pool, through agreement between easy and hard views; free, see semi_supervised)
+    student_training: str = "supervised"  # each round: "supervised" on its labels, "consistency" (FixMatch: also
+    # the unlabelled public pool, through agreement between easy and hard views; free, see semi_supervised) or
+    # "tangent-normal" (DGD's: the pool through a VAE fitted to it, its reconstructions' tangent and normal
+    # neighbours; free)
     consistency_steps: int = 3000  # optimizer steps of a consistency round (batch_size labelled images each)
     consistency_threshold: float = 0.95
     unlabelled_ratio: int = 3
+    tangent_radius: float = 1.0  # tangent-normal: the step along the VAE's manifold (L2 in its code)
+    normal_radius: float = 0.1  # tangent-normal: the step across it (root mean square per pixel)
+    entropy_weight: float = 1.0  # tangent-normal: the reconstructions' prediction entropy (seed 004: 1)
+    vae_steps: int = 3000
     student_arch: str = "datalens"
     student_init: str | None = None  # a pretrained encoder the student starts from (`dpdistill pretrain` on the
     # public pool: public, so free)
@@ -120,6 +130,11 @@ class PateConfig:
         if self.student_training not in STUDENT_TRAININGS:
             raise ConfigError(f"unknown student training {self.student_training!r}; choose one of "
                               f"{', '.join(STUDENT_TRAININGS)}")
+        if self.vote_noise not in VOTE_NOISE:
+            raise ConfigError(f"unknown vote noise {self.vote_noise!r}; choose one of {', '.join(VOTE_NOISE)}")
+        if self.vote_noise == "laplace" and self.answer_targets == "posterior":
+            raise ConfigError("posterior targets model Gaussian vote noise: use --answer-targets argmax with "
+                              "--vote-noise laplace")
         if self.answer_targets not in ANSWER_TARGETS:
             raise ConfigError(f"unknown answer targets {self.answer_targets!r}; choose one of "
                               f"{', '.join(ANSWER_TARGETS)}")
@@ -130,7 +145,7 @@ class PateConfig:
             raise ConfigError(f"pseudo-label-confidence must be in (0, 1], got {self.pseudo_label_confidence}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
-        if self.student_training == "consistency":
+        if self.student_training != "supervised":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
 
     @property
@@ -154,14 +169,18 @@ class PateConfig:
                              augment_shift=self.augment_shift, init=self.student_init)
 
     def consistency_config(self) -> ConsistencyConfig:
+        regularizer = "fixmatch" if self.student_training == "consistency" else self.student_training
         return ConsistencyConfig(arch=self.student_arch, steps=self.consistency_steps, batch_size=self.batch_size,
-                                 unlabelled_ratio=self.unlabelled_ratio, threshold=self.consistency_threshold,
+                                 unlabelled_ratio=self.unlabelled_ratio, regularizer=regularizer,
+                                 threshold=self.consistency_threshold, tangent_radius=self.tangent_radius,
+                                 normal_radius=self.normal_radius, entropy_weight=self.entropy_weight,
+                                 vae=VaeConfig(steps=self.vae_steps, seed=self.seed, device=self.device),
                                  lr=self.lr, augment_shift=self.augment_shift, init=self.student_init, seed=self.seed,
                                  device=self.device)
 
     def progress_per_round(self) -> int:
         """Units of the student's progress ("done" in its progress records) a round: 1, or its consistency steps."""
-        return self.consistency_steps if self.student_training == "consistency" else 1
+        return 1 if self.student_training == "supervised" else self.consistency_steps
 
     def progress_total(self) -> int:
         return (self.self_training_rounds + 1) * self.progress_per_round()
@@ -169,7 +188,7 @@ class PateConfig:
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
         """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
         return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
-                              num_candidates=num_classes, teachers=members)
+                              num_candidates=num_classes, teachers=members, vote_noise=self.vote_noise)
 
     def privacy_plan(self, members: int, num_classes: int, cost: Cost | None = None) -> PrivacyPlan:
         """One answer per query; planned once, before the ensemble's ledger reserves the release. `cost`: what the
@@ -272,7 +291,8 @@ def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, 
     ledger.charge(len(indices))
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
     everything = torch.ones_like(votes, dtype=torch.bool)
-    noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed))
+    noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed),
+                        laplace=config.vote_noise == "laplace")
     leaders = noisy.topk(2, dim=1).values
     confident = leaders[:, 0] - leaders[:, 1] >= config.vote_margin * plan.sigma
     return Answers(indices, noisy, noisy.argmax(1), confident)  # argmax: integer counts tie, topk's order is arbitrary
@@ -322,6 +342,9 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     student, history = None, []
     train_images, train_labels = images, labels
     work = config.progress_per_round()
+    # the VAE and its triples are fitted to the pool once: every round learns from the same triples
+    triples = (manifold_triples(split.pool, config.consistency_config())[0]
+               if config.student_training == "tangent-normal" else None)
     for round_ in range(1, config.self_training_rounds + 2):
         if student is not None:  # self-training: add the public images the previous student is sure of
             unlabelled = split.pool[~labelled]
@@ -332,11 +355,11 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
             guesses = beliefs.argmax(1)[sure]
             train_images = torch.cat([images, unlabelled[sure]])
             train_labels = torch.cat([labels, F.one_hot(guesses, num_classes).float() if soft else guesses])
-        if config.student_training == "consistency":
+        if config.student_training != "supervised":
             step_progress = None if progress is None else (
                 lambda record, before=(round_ - 1) * work: progress({**record, "done": before + record["step"]}))
             student, training = train_consistency(train_images, train_labels, split.pool, split.x_eval, split.y_eval,
-                                                  num_classes, config.consistency_config(), step_progress)
+                                                  num_classes, config.consistency_config(), step_progress, triples)
         else:
             dataset = ImageDataset("pate-student", train_images, train_labels.argmax(1) if soft else train_labels,
                                    split.x_eval, split.y_eval, num_classes, split.description)
@@ -431,9 +454,9 @@ class PateJob(Job):
         summary = {key: value for key, value in plan.summary(config.queries).items()
                    if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
         privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
-                   "aggregation": "the members' vote counts over all classes plus discrete Gaussian noise (GNMax: "
-                                  "the noisy histogram is released, its winner is the label), data-independent "
-                                  "accounting",
+                   "aggregation": f"the members' vote counts over all classes plus {VOTE_NOISE[config.vote_noise]} "
+                                  f"(the noisy histogram is released, its winner is the label), data-independent "
+                                  f"accounting",
                    "unit": "one private training example (it changes one member's vote)",
                    "vote_margin": config.vote_margin,
                    "answer_targets": config.answer_targets,

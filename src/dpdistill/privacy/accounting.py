@@ -10,6 +10,7 @@ sensitivity and all queries compose. The per-query mechanisms are:
 - `RandomizedResponseQuery`: k-ary randomized response with parameter eps0 (label mode).
 - `DiscreteGaussianQuery`: an ensemble's vote histogram plus exact discrete Gaussian noise on each count (GNMax
   over integer counts): one example moves one member's vote, so two counts change by one.
+- `DiscreteLaplaceQuery`: the same histogram with exact discrete Laplace noise instead (LNMax, DGD's aggregation).
 - `DistributedDiscreteGaussianQuery`: the same kind of integer answer summed over data owners by secure
   aggregation, each owner adding a share of the noise (federated runs).
 
@@ -154,6 +155,49 @@ class DiscreteGaussianQuery:
                                                           value_discretization_interval=interval)
         query = single.compose(single)  # the two counts that move
         return _pld_epsilon(query.self_compose(count), delta)
+
+    def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
+        return dp_accounting.rdp.RdpAccountant()
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceQuery:
+    """One vote histogram plus exact discrete Laplace noise, P(x) proportional to exp(-|x| / scale), on each count
+    (PATE's LNMax; DGD's Lap(2 / eps0) with 2 / eps0 = 40).
+
+    One example moves two counts by one: L1 sensitivity 2, so a query is (2 / scale)-DP. `epsilon` is the smaller
+    of two proven bounds: dp-accounting's PLD of the discrete Laplace mechanism (its privacy losses take the values
+    -1/scale, 0 and 1/scale only, so the grid is exact) for the two counts composed, and the RDP of pure DP
+    through zero-concentrated DP (Bun and Steinke 2016: eps0-DP is eps0^2 / 2-zCDP, the RDP curve of a Gaussian
+    with multiplier 1 / eps0), which is also what a ledger composes. The scale is an integer: the exact sampler
+    takes one.
+    """
+
+    scale: int
+    discrete = True  # integer answers: a ledger must not account them as a continuous mechanism
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scale, int) or self.scale < 1:
+            raise PrivacyParameterError(f"the discrete Laplace scale must be a positive integer, got {self.scale}")
+
+    @property
+    def epsilon0(self) -> float:
+        """Each answer's pure-DP epsilon: L1 sensitivity 2 over the scale."""
+        return 2 / self.scale
+
+    @property
+    def noise_multiplier(self) -> float:
+        """The continuous Gaussian whose RDP curve bounds this query's (through zCDP)."""
+        return 1 / self.epsilon0
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+    def epsilon(self, count: int, delta: float) -> float:
+        single = pld_lib.from_discrete_laplace_mechanism(1 / self.scale, sensitivity=1,
+                                                         value_discretization_interval=1 / self.scale)
+        pld = _pld_epsilon(single.compose(single).self_compose(count), delta)
+        return min(pld, count * self.epsilon0, composed_epsilon_rdp(self, count, delta))
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         return dp_accounting.rdp.RdpAccountant()
@@ -314,8 +358,8 @@ def _log_gaussian_delta(mu: np.ndarray, epsilon: float) -> np.ndarray:
         return head + np.log1p(-np.exp(np.minimum(tail - head, 0.0)))
 
 
-QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | DistributedDiscreteGaussianQuery
-             | SampledGaussianQuery | SampledReleaseQuery)
+QuerySpec = (GaussianQuery | RandomizedResponseQuery | DiscreteGaussianQuery | DiscreteLaplaceQuery
+             | DistributedDiscreteGaussianQuery | SampledGaussianQuery | SampledReleaseQuery)
 Q = TypeVar("Q", bound=QuerySpec)
 # What a plan spends with `count` answers of a query: their own epsilon, or (a sample source's release composed
 # with them) the run's total. Calibration and the query cap search against it.

@@ -18,6 +18,7 @@ from dpdistill.errors import BudgetExceededError, PrivacyParameterError
 from dpdistill.privacy.accounting import (
     ACCOUNTANT_NAME,
     DiscreteGaussianQuery,
+    DiscreteLaplaceQuery,
     GaussianQuery,
     PrivacyLedger,
     QuerySpec,
@@ -58,6 +59,8 @@ class PrivacyRequest:
     num_candidates: int = 3  # label mode: k, the size of the candidate set
     sensitivity_factor: float = 2.0  # answers of norm <= beta differ by <= 2 beta between any two teachers
     teachers: int = 1  # members of the teacher ensemble; label mode with more than one aggregates noisy votes
+    vote_noise: str = "gaussian"  # votes: "gaussian" (GNMax, sigma its std) or "laplace" (LNMax, sigma its scale,
+    # an integer)
 
     @property
     def votes(self) -> bool:
@@ -93,6 +96,10 @@ class PrivacyRequest:
         if self.votes and self.accounting == "paper":
             raise PrivacyParameterError("paper accounting has no formula for an ensemble's noisy votes; use the "
                                         "sound accounting")
+        if self.vote_noise not in ("gaussian", "laplace"):
+            raise PrivacyParameterError(f"unknown vote noise {self.vote_noise!r}: choose gaussian or laplace")
+        if self.vote_noise == "laplace" and self.sigma is not None and self.sigma != int(self.sigma):
+            raise PrivacyParameterError(f"the discrete Laplace scale must be a whole number, got {self.sigma}")
         if self.votes and self.epsilon0 is not None:
             raise PrivacyParameterError("--epsilon0 sets randomized response for one teacher; an ensemble's labels "
                                         "are noisy votes: set their noise with --sigma, or leave it calibrated")
@@ -119,6 +126,8 @@ class PrivacyPlan:
             return self.query.noise_multiplier * self.request.sensitivity
         if isinstance(self.query, DiscreteGaussianQuery):
             return self.query.sigma
+        if isinstance(self.query, DiscreteLaplaceQuery):
+            return self.query.scale
         return None
 
     @property
@@ -226,6 +235,11 @@ def plan_privacy(request: PrivacyRequest, num_classes: int, batch_size: int, ite
 def _choose_query(request: PrivacyRequest, num_classes: int, batch_size: int, iterations: int,
                   cost: Cost) -> QuerySpec:
     planned = batch_size * iterations
+    if request.votes and request.vote_noise == "laplace":
+        if request.sigma is not None:
+            return DiscreteLaplaceQuery(int(request.sigma))
+        return calibrate(lambda scale: DiscreteLaplaceQuery(math.ceil(scale)), planned, request.epsilon,
+                         request.delta, start=2 * planned / request.epsilon, cost=cost)
     if request.votes:
         if request.sigma is not None:
             return DiscreteGaussianQuery(request.sigma)

@@ -126,18 +126,21 @@ def selective_randomized_response(true_labels: Tensor, candidates: Tensor, epsil
     return noise.categorical(weights)
 
 
-def noisy_votes(votes: Tensor, candidates: Tensor, sigma: float, noise: NoiseSource) -> Tensor:
-    """PATE's GNMax release restricted to a candidate set: vote counts + exact discrete Gaussian noise N_Z(0, sigma^2),
-    as float with non-candidates at -inf.
+def noisy_votes(votes: Tensor, candidates: Tensor, sigma: float, noise: NoiseSource, laplace: bool = False) -> Tensor:
+    """PATE's GNMax release restricted to a candidate set: vote counts + exact discrete Gaussian noise N_Z(0, sigma^2)
+    (or, with `laplace`, LNMax's exact discrete Laplace of scale `sigma`, an integer), as float with non-candidates
+    at -inf.
 
     `votes` is (n, classes) integer counts of an ensemble's members; `candidates` an (n, classes) boolean mask from
     public information. One private example changes one member's vote, moving two counts by one (accounted by
-    `DiscreteGaussianQuery`). Integer noise on integer counts leaves no floating-point trace of the true counts.
-    The label is the argmax; anything else read from the noisy counts (how far ahead it is) is post-processing.
+    `DiscreteGaussianQuery` or `DiscreteLaplaceQuery`). Integer noise on integer counts leaves no floating-point
+    trace of the true counts. The label is the argmax; anything else read from the noisy counts (how far ahead it
+    is) is post-processing.
     """
     if not sigma > 0:
         raise PrivacyParameterError(f"the vote noise sigma must be positive, got {sigma}")
     if votes.is_floating_point() and not torch.equal(votes, votes.round()):
-        raise PrivacyParameterError("vote counts must be integers: the discrete Gaussian protects integer answers")
-    noisy = votes.long() + noise.discrete_gaussian(votes.shape, sigma).to(votes.device)
+        raise PrivacyParameterError("vote counts must be integers: the discrete noise protects integer answers")
+    drawn = noise.discrete_laplace(votes.shape, sigma) if laplace else noise.discrete_gaussian(votes.shape, sigma)
+    noisy = votes.long() + drawn.to(votes.device)
     return noisy.float().masked_fill(~candidates, -math.inf)

@@ -90,6 +90,14 @@ class NoiseSource(ABC):
         values = [self._discrete_gaussian(numerator, denominator) for _ in range(math.prod(shape))]
         return torch.tensor(values, dtype=torch.int64).reshape(shape)
 
+    def discrete_laplace(self, shape: torch.Size | tuple[int, ...], scale: int) -> Tensor:
+        """int64 samples of the discrete Laplace, P(x) proportional to exp(-|x| / scale), for an integer scale:
+        exact."""
+        if not isinstance(scale, int) or scale < 1:
+            raise PrivacyParameterError(f"the discrete Laplace needs a positive integer scale, got {scale}")
+        values = [self._discrete_laplace(scale) for _ in range(math.prod(shape))]
+        return torch.tensor(values, dtype=torch.int64).reshape(shape)
+
     # --- exact samplers in integer arithmetic (Canonne, Kamath, Steinke 2020) ---------------------------------
 
     def _bernoulli(self, numerator: int, denominator: int) -> bool:

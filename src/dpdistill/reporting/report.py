@@ -397,6 +397,14 @@ def _contributors(counts: list[int]) -> str:
     return ", ".join(f"{count} x {repeat}" if repeat > 1 else str(count) for count, repeat in runs)
 
 
+STUDENT_TRAINING_NOTES = {
+    "consistency": " Each round is consistency training (FixMatch): the student also learns from every public image, "
+                   "unlabelled, to give a hard view the class it gives an easy one.",
+    "tangent-normal": " Each round is tangent-normal training (DGD, seed 004): a VAE fitted to the public images "
+                      "reconstructs each one, a step along its manifold and a step across it, and the student's "
+                      "features should not move within each triple."}
+
+
 def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
     privacy, accuracy = report["privacy"], report["accuracy"]
@@ -418,9 +426,7 @@ def pate_markdown(report: dict[str, Any]) -> str:
               "", "## Student rounds", "",
               "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
               "student labels confidently (post-processing: no further answers)."
-              + (" Each round is consistency training (FixMatch): the student also learns from every public image, "
-                 "unlabelled, to give a hard view the class it gives an easy one." if
-                 report["config"].get("student_training") == "consistency" else ""), ""]
+              + STUDENT_TRAINING_NOTES.get(report["config"].get("student_training"), ""), ""]
     return "\n".join(lines + _student_rounds(report, "answers")) + "\n"
 
 

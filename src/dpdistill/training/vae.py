@@ -1,0 +1,55 @@
+"""Fitting DGD's VAE (models/vae.py) to the images a student learns from: public or covered synthetic images
+(or, in faithful DGD, the baseline-trained generator's), never private data. Adam with its learning rate decayed
+linearly to zero, as the seed trains its VAE."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from dpdistill.errors import ConfigError
+from dpdistill.models.vae import VAE
+
+
+@dataclass(frozen=True)
+class VaeConfig:
+    latent_dim: int = 32  # the seed's c
+    steps: int = 3000  # the seed trains "500 rounds" without saying whether they are steps or epochs
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("latent_dim", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"vae {name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"the VAE's lr must be positive, got {self.lr}")
+
+
+def fit_vae(images: Tensor, config: VaeConfig, progress: Callable[[dict], None] | None = None) -> tuple[VAE, dict]:
+    """A VAE fitted to `images`; its report gives the final negative ELBO per image (nats) and the wall time."""
+    if len(images) < 2:
+        raise ConfigError("a VAE needs at least two images to fit")
+    device = torch.device(config.device)
+    torch.manual_seed(config.seed)
+    vae = VAE(tuple(images.shape[1:]), config.latent_dim).to(device)
+    optimizer = torch.optim.Adam(vae.parameters(), lr=config.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / config.steps)
+    images, started, smoothed = images.to(device), time.perf_counter(), None
+    vae.train()
+    for step in range(1, config.steps + 1):
+        loss = vae.loss(images[torch.randint(len(images), (config.batch_size,), device=device)])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        smoothed = loss.item() if smoothed is None else 0.98 * smoothed + 0.02 * loss.item()
+        if progress and (step % 500 == 0 or step == config.steps):
+            progress({"vae_step": step, "vae_loss": smoothed})
+    return vae.eval().requires_grad_(False), {"negative_elbo": smoothed, "wall_seconds": time.perf_counter() - started}
