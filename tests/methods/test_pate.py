@@ -311,8 +311,10 @@ def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_c
 def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
                         student_training="tangent-normal", consistency_steps=300, vae_steps=300, **LOUD)
-    report = pate(digits_ensemble, config, tmp_path)
+    records: list[dict] = []
+    report = pate(digits_ensemble, config, tmp_path, progress=records.append)
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
+    assert records[0]["vae_step"] == 300 and records[-1]["done"] == 300  # the VAE's fit shows, then the steps
     assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()
 
 

@@ -95,10 +95,12 @@ def _progress_bar(total: int | None, description: str) -> tuple[Progress, Callab
         status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
-                                                                       "pretrain_step", "step", "confident_share", "loss"))
+                                                                       "pretrain_step", "step", "confident_share", "loss",
+                                                                       "vae_step", "vae_loss"))
         bar.update(task, total=total, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
         if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
-                                                                     "pretrain_step", "confident_share", "loss")):
+                                                                     "pretrain_step", "confident_share", "loss",
+                                                                     "vae_step")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 

@@ -332,7 +332,8 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     """Round 1 learns from the kept answers (`answer_targets`); each self-training round starts afresh from those
     answers plus the public images the previous student labels with at least `pseudo_label_confidence`
     (post-processing). With consistency training every round also learns from the whole public pool, unlabelled.
-    Progress records carry "done", the units of `config.progress_total()` finished so far."""
+    Progress records carry "done", the units of `config.progress_total()` finished so far (the tangent-normal
+    VAE's fitting, before the first round, reports "vae_step" and "vae_loss" instead)."""
     images, labels = split.pool[answers.indices[answers.confident]], answer_targets(answers, config, sigma)
     if not len(labels):
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")
@@ -343,7 +344,7 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     train_images, train_labels = images, labels
     work = config.progress_per_round()
     # the VAE and its triples are fitted to the pool once: every round learns from the same triples
-    triples = (manifold_triples(split.pool, config.consistency_config())[0]
+    triples = (manifold_triples(split.pool, config.consistency_config(), progress)[0]
                if config.student_training == "tangent-normal" else None)
     for round_ in range(1, config.self_training_rounds + 2):
         if student is not None:  # self-training: add the public images the previous student is sure of
