@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -70,7 +71,8 @@ def test_the_server_moves_the_students_logits_against_the_mean_noisy_gradient_an
     total = torch.zeros(4, 10, dtype=torch.int64)
     total[:, 3] = 2 * GRID_STEPS  # two contributors, each a full-norm gradient on class 3
     answers = iter([(total, 2), None])
-    annotator = OwnersAnnotator(lambda index, arrays: next(answers), beta=0.01, step=5.0, members=1)
+    rounds = SimpleNamespace(ask=lambda index, arrays: next(answers))  # a kept round, then a lost one
+    annotator = OwnersAnnotator(rounds, beta=0.01, step=5.0, members=1)
     ledger = PrivacyLedger(GaussianQuery(1.0), 8)
     targets = annotator.annotate(torch.zeros(4, 1, 8, 8), logits, ledger)
     expected = torch.softmax(logits - 5.0 * torch.nn.functional.one_hot(torch.full((4,), 3), 10) * 0.01, dim=1)

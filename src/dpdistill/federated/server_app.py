@@ -202,39 +202,58 @@ def owner_nodes(grid: Grid, owners: int, timeout: float | None, wait: float = OW
     return nodes
 
 
-def run_rounds(grid: Grid, context: Context, plan: FederationPlan) -> None:
-    """Ask every round not yet in the journal, each of the owners that answer a roll call just before it.
+class FederationStopped(Exception):
+    """A round could not be completed before unmasking (or no federation formed): nothing of it was revealed, the
+    run stops; `index` is the round's (-1: before the first)."""
 
-    Fewer owners than the threshold at a roll call, or in a round's masked upload, stop the run: nothing of that
-    round was revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never
-    exchanged keys) is journaled as lost and skipped: a curious server could still unmask the sum of the owners
-    that completed it, at least the threshold's noise shares, so it counts as spent."""
-    journal = RoundJournal(Path(plan.journal_dir))
-    journal.clear_failure()
-    images = load_file(plan.queries_file)["images"]
-    threshold = plan.owners - plan.dropouts
-    try:
-        nodes = owner_nodes(grid, plan.owners, plan.stage_timeout)
-    except RuntimeError as error:
-        journal.fail(-1, str(error))
-        return
-    for index, rows in enumerate(plan.rounds(len(images))):
-        if journal.done(index):
-            continue
-        nodes = sorted(owner_names(grid, nodes, plan.stage_timeout))
-        if len(nodes) < threshold:
-            journal.fail(index, f"{len(nodes)} of {plan.owners} data owners answered the roll call; the noise "
-                                f"shares were sized for at least {threshold}")
-            return
-        result = secure_sum(grid, context, nodes, [images[rows].numpy()], plan, index)
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index, self.reason = index, reason
+
+
+class Rounds:
+    """A run's secure-aggregation rounds, each journaled before the next is asked (PATE's and FedDPSD's alike).
+
+    Each round is asked of the owners that answer a roll call just before it. Fewer owners than the threshold at a
+    roll call, or in a round's masked upload, stop the run (`FederationStopped`): nothing of that round was
+    revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never exchanged
+    keys) is journaled as lost: a curious server could still unmask the sum of the owners that completed it, at
+    least the threshold's noise shares, so it counts as spent and is never asked again. A round already in the
+    journal (a restarted server) is read back, never asked twice."""
+
+    def __init__(self, grid: Grid, context: Context, plan: FederationPlan, journal: RoundJournal) -> None:
+        self.grid, self.context, self.plan, self.journal = grid, context, plan, journal
+        self.threshold = plan.owners - plan.dropouts
+        try:
+            self.nodes = owner_nodes(grid, plan.owners, plan.stage_timeout)
+        except RuntimeError as error:
+            raise FederationStopped(-1, str(error)) from error
+
+    def ask(self, index: int, arrays: list[np.ndarray]) -> tuple[Tensor, int] | None:
+        """Round `index`'s released sum and its contributors; None for a lost round."""
+        if self.journal.done(index):
+            return self.journal.read(index)
+        plan = self.plan
+        self.nodes = sorted(owner_names(self.grid, self.nodes, plan.stage_timeout))
+        if len(self.nodes) < self.threshold:
+            raise FederationStopped(index, f"{len(self.nodes)} of {plan.owners} data owners answered the roll call; "
+                                           f"the noise shares were sized for at least {self.threshold}")
+        result = secure_sum(self.grid, self.context, self.nodes, arrays, plan, index)
         if result is None:
-            journal.fail(index, f"fewer than {threshold} of {plan.owners} data owners completed the round's masked "
-                                f"upload (nothing of it was revealed)")
-            return
+            raise FederationStopped(index, f"fewer than {self.threshold} of {plan.owners} data owners completed the "
+                                           f"round's masked upload (nothing of it was revealed)")
         if result == LOST:
-            journal.lose(index)
-        else:
-            journal.write(index, *result)
+            self.journal.lose(index)
+            return None
+        self.journal.write(index, *result)
+        return result
+
+
+def run_rounds(rounds: Rounds) -> None:
+    """PATE: ask every round of the plan's public queries."""
+    images = load_file(rounds.plan.queries_file)["images"]
+    for index, rows in enumerate(rounds.plan.rounds(len(images))):
+        rounds.ask(index, [images[rows].numpy()])
 
 
 def make_server_app(plan_path: Path | None = None) -> ServerApp:
@@ -244,12 +263,18 @@ def make_server_app(plan_path: Path | None = None) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         plan = FederationPlan.load(plan_path or Path(str(context.run_config[PLAN])))
-        if plan.method == "dpsd":
-            from dpdistill.federated.transcription import run_transcription
+        journal = RoundJournal(Path(plan.journal_dir))
+        journal.clear_failure()
+        try:
+            rounds = Rounds(grid, context, plan, journal)
+            if plan.method == "dpsd":
+                from dpdistill.federated.transcription import run_transcription
 
-            run_transcription(grid, context, plan)
-        else:
-            run_rounds(grid, context, plan)
+                run_transcription(rounds)
+            else:
+                run_rounds(rounds)
+        except FederationStopped as stop:
+            journal.fail(stop.index, stop.reason)
 
     return app
 

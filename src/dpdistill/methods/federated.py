@@ -39,15 +39,14 @@ from dpdistill.federated.engines import deploy, simulate
 from dpdistill.federated.owners import check_owners, owner_directory
 from dpdistill.federated.protocol import CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, Wire, query_cost
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
-from dpdistill.federated.transcription import gradient_privacy_plan, read_result
+from dpdistill.federated.transcription import read_result
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.methods.engine import TranscriptionResult, check_remote_settings
+from dpdistill.methods.engine import check_remote_settings
 from dpdistill.methods.pate import (ANSWERS_FILE, COVERS, Answers, PateConfig, answer_accuracy, choose_queries,
                                    train_student)
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.methods.transcription import COVERS as TRANSCRIPTION_COVERS, transcription_release
-from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate, paper_epsilon_dpsd_data
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
 from dpdistill.privacy.ledger import Release
@@ -310,20 +309,11 @@ class FederatedJob(Job):
         """FedDPSD's student and generator, as the server's engine left them."""
         config, server, transcription = self.config, self.server, self.server.transcription
         in_shape, num_classes = tuple(server.evaluation.input_shape), server.evaluation.num_classes
-        saved = read_result(Path(plan.work_dir))
-        kept, lost = self._kept_rounds(plan, federation, answered=saved is not None)
-        if saved is None:
+        result = read_result(plan)
+        kept, lost = self._kept_rounds(plan, federation, answered=result is not None)
+        if result is None:
             raise FederationError(f"every round was answered but the server stopped before keeping the student "
                                   f"({self._stopped(federation)}): --resume finishes it without asking again")
-        student = build_classifier(transcription.student_arch, in_shape, num_classes)
-        student.load_state_dict(saved["student"])
-        generator = build_generator(transcription.latent_dim, in_shape, transcription.generator_width)
-        generator.load_state_dict(saved["generator"])
-        privacy_plan = gradient_privacy_plan(transcription, server.wire, config.clients, config.dropouts,
-                                             num_classes)
-        result = TranscriptionResult(student.eval(), generator.eval(), saved["latents"], privacy_plan,
-                                     int(saved["answered"]), saved["history"], float(saved["wall_seconds"]),
-                                     noise_source(), saved["phases"])
         report, models, write_files = transcription_release(result, transcription, in_shape, num_classes,
                                                             config.dataset)
         report.update(federation=self._federation_report(federation, kept, lost),
