@@ -43,7 +43,7 @@ from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
-from dpdistill.privacy.accounting import Cost
+from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
@@ -292,7 +292,7 @@ def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, 
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
     everything = torch.ones_like(votes, dtype=torch.bool)
     noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed),
-                        laplace=config.vote_noise == "laplace")
+                        laplace=isinstance(plan.query, DiscreteLaplaceQuery))  # the noise the plan accounts
     leaders = noisy.topk(2, dim=1).values
     confident = leaders[:, 0] - leaders[:, 1] >= config.vote_margin * plan.sigma
     return Answers(indices, noisy, noisy.argmax(1), confident)  # argmax: integer counts tie, topk's order is arbitrary
