@@ -104,7 +104,7 @@ class FederatedConfig:
                           queries=self.queries or min(DEFAULT_QUERIES, pool), public=self.public, public_size=pool,
                           answer_targets=self.answer_targets,
                           self_training_rounds=self.self_training_rounds, student_arch=self.student_arch,
-                          epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size or 128,
+                          epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size or PateConfig.batch_size,
                           lr=self.lr, seed=self.seed, device=self.device)
 
     def transcription_config(self) -> "TranscriptionConfig":

@@ -101,7 +101,7 @@ class Wire:
 
     num_classes: int
     in_shape: tuple[int, ...]
-    share_sigma: float  # each owner's discrete Gaussian share, in votes
+    share_sigma: float  # each owner's discrete Gaussian share, in the answer's integer units (votes, grid steps)
     clipping_range: int
     row_bound: float  # L2 bound of one owner's answer row: votes, its member count (all votes on one class);
     # gradients, its member count times GRID_STEPS

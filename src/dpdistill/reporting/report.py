@@ -163,6 +163,15 @@ def _sample_source_rows(privacy: dict[str, Any]) -> list[str]:
             f"{_number(privacy['route_epsilon'])} |"]
 
 
+def _samples_and_curve(report: dict[str, Any]) -> list[str]:
+    """A transcription's samples (the generator's grid, or where a sample source's came from) and its training
+    curve (transcription and FedDPSD reports)."""
+    samples = (["## Samples", "", f"The samples were {report['samples']}."] if "samples" in report else
+               ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
+                "Titles are the student's predicted classes."])
+    return [*samples, "", "## Training", "", "![training curve](training.png)"]
+
+
 def transcription_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a transcription run."""
     privacy = report["privacy"]
@@ -192,13 +201,7 @@ def transcription_markdown(report: dict[str, Any]) -> str:
         f"| wall time | {timing['wall_seconds']:.1f} s |",
         f"| samples per second | {_number(timing.get('samples_per_second'))} |",
         "",
-        *(["## Samples", "", f"The samples were {report['samples']}."] if "samples" in report else
-          ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
-           "Titles are the student's predicted classes."]),
-        "",
-        "## Training",
-        "",
-        "![training curve](training.png)",
+        *_samples_and_curve(report),
         "",
         "Time per phase: " + _phase_breakdown(timing.get("phases", {})),
         "",
@@ -380,9 +383,8 @@ def federated_markdown(report: dict[str, Any]) -> str:
     if pate:
         return "\n".join(lines + ["## Student rounds", ""] + _student_rounds(report, "sums")) + "\n"
     engine_config = json.dumps(_jsonable(report["engine_config"]), indent=2)
-    lines += ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
-              "Titles are the student's predicted classes.", "", "## Training", "", "![training curve](training.png)",
-              "", "## Configuration of the server's engine", "", "```json", engine_config, "```"]
+    lines += [*_samples_and_curve(report), "", "## Configuration of the server's engine", "", "```json",
+              engine_config, "```"]
     return "\n".join(lines) + "\n"
 
 
