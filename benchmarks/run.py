@@ -52,6 +52,7 @@ class Run:
     teacher: str = ""  # the teacher row a transcription reads (default: the dataset's single teacher)
     encoder: str = ""  # a `pretrain` row the models start from (teachers: --init; PATE, DP-SGD: --student-init)
     sample_source: str = ""  # a `synthesize` row whose output of the same seed the route asks about
+    baseline: str = ""  # a `train-teacher` row DGD's generator learns against (read without noise)
 
     def teacher_row(self) -> str | None:
         if self.command not in TEACHER_COMMANDS:
@@ -97,7 +98,7 @@ PATE_GROUP = "PATE on public images (accuracy on the other half of the test spli
 # images), 1,000 on the 10,000-image MNIST set (2,000). A row's answer count is given for the default pool.
 DEFAULT_POOL = 5000
 PUBLIC_POOL = {"mnist": 1000}
-TEACHER_COMMANDS = ("transcribe", "pate")  # commands that read a teacher row's output instead of a data set
+TEACHER_COMMANDS = ("transcribe", "pate", "dgd")  # commands that read a teacher row's output instead of a data set
 
 
 SMALL_GENERATOR = ("--set", "generator_width=64,32,16")  # 6x cheaper than the paper's generator
@@ -154,6 +155,7 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
         runs += scattering_rows(dataset, headline_seeds)
         runs += datalens_rows(dataset, headline_seeds)
         runs += mean_embedding_rows(dataset, headline_seeds)
+        runs += dgd_rows(dataset, headline_seeds)
     return runs
 
 
@@ -194,6 +196,47 @@ def mean_embedding_rows(dataset: str, headline_seeds: int) -> list[Run]:
                        ("--epsilon", total, "--queries", "1000", "--student-arch", "scatter-linear",
                         "--answer-targets", "posterior", "--min-steps", "500"), 1, command="pate",
                        quick_args=PATE_QUICK, teacher=heads, sample_source=f"dpmerf-eps{share}-{dataset}")
+                   for total, share in COVERED_SPLITS]
+
+
+# DGD (seed 004), Tables II and III: (data set, epsilon) -> %.
+PAPER_DGD = {("fmnist", "1"): 64.9, ("fmnist", "10"): 88.2, ("mnist", "1"): 73.6, ("mnist", "10"): 97.4}
+DGD_TEACHERS = 250  # the seed's n on MNIST and Fashion-MNIST
+DGD_QUICK = ("--set", "generator_steps=2", "--set", "vae_steps=2", "--set", "consistency_steps=2",
+             "--set", "synthetic_size=200")
+
+
+def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
+    """DGD (`dpdistill dgd`): faithful, its generator trained against the non-private teacher of `teacher-{dataset}`
+    as baseline, its labels from 250 scattering heads (LNMax at 2 / eps0 = 40, the seed's 27 or 1,300 answers);
+    and (Fashion-MNIST) covered, on the DP-MERF images and the 1,000 heads of the PATE route beside it, with GNMax
+    and as many answers as that route."""
+    teachers = f"teachers-{DGD_TEACHERS}-heads-scatter-{dataset}"
+    runs = [Run(teachers, "teacher ensemble (mean probability), linear heads on scattering features", dataset,
+                ("--partitions", str(DGD_TEACHERS), "--heads-only", "--init", "scatter", "--lr", "0.01",
+                 "--weight-decay", "0.01"), command="train-teacher", quick_args=("--min-steps", "10"))]
+    runs += [Run(f"dgd-paper-eps{epsilon}-{dataset}", "DGD at the paper's settings, generator trained against the "
+                 "non-private baseline (NO formal guarantee)", dataset, ("--epsilon", epsilon), headline_seeds,
+                 PAPER_DGD.get((dataset, epsilon)), command="dgd", quick_args=DGD_QUICK, teacher=teachers,
+                 baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
+    if dataset != "fmnist":  # the DP-MERF sources and the 1,000 heads are Fashion-MNIST's
+        return runs
+    # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
+    runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, extra, 1, command="dgd",
+                 quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
+             for name, group, extra in (
+                 ("generator-2000-steps-eps10", "generator trained 2,000 steps", (
+                     "--epsilon", "10", "--set", "generator_steps=2000")),
+                 ("supervised-student-eps10", "supervised student (the answers only)", (
+                     "--epsilon", "10", "--set", "student_training=supervised")),
+                 ("noiseless-votes", "1,300 votes with noise of scale 1 (epsilon 10^6)", (
+                     "--epsilon", "1000000", "--set", "queries=1300", "--set", "sigma=1")))]
+    heads = f"teachers-{SCATTER_HEADS}-heads-scatter-{dataset}"
+    return runs + [Run(f"dgd-covered-{SCATTER_HEADS}-heads-dpmerf-eps{total}-{dataset}",
+                       f"DGD covered: M = {SCATTER_HEADS} heads asked about the 1,000 DP-MERF images of epsilon "
+                       f"{share} (GNMax), tangent-normal cnn student", dataset,
+                       ("--epsilon", total, "--set", "queries=1000"), 1, command="dgd", quick_args=DGD_QUICK,
+                       teacher=heads, sample_source=f"dpmerf-eps{share}-{dataset}")
                    for total, share in COVERED_SPLITS]
 
 
@@ -526,6 +569,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--init" if run.command == "train-teacher" else "--student-init", str(out / run.encoder / "seed0")]
     if run.sample_source:
         command += ["--sample-source", str(out / run.sample_source / f"seed{seed}")]
+    if run.baseline:
+        command += ["--baseline", str(out / run.baseline / "seed0")]
     if run.command == "federated" and run.teacher:  # the owners another row prepared: their ledger counts both
         command += ["--owners", str(out / run.teacher / "seed0-owners")]
     if (directory / "resume").exists() or (directory / "private" / "resume").exists():  # unfinished state

@@ -136,6 +136,21 @@ def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | No
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
+def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, baseline: str | Path | None = None,
+        sample_source: str | Path | None = None, resume: bool = False, overwrite: bool = False,
+        progress: Progress | None = None, **options: Any) -> StudentResult:
+    """`dpdistill dgd`: `baseline` for faithful DGD (no formal guarantee), `sample_source` or neither for the covered
+    variant; `options` are PateConfig's fields (queries, vote_noise, delta, seed...), `synthetic_size`, and
+    DataFreeConfig's prefixed `generator_` (generator_steps=500); with `resume`, the run's saved settings."""
+    from dpdistill.methods.dgd import build_dgd_config
+
+    out = Path(out)
+    config = None if resume else build_dgd_config(epsilon, None if baseline is None else str(baseline),
+                                                  None if sample_source is None else str(sample_source), options)
+    report = pipeline.dgd(Path(teacher), config, out, resume, progress, overwrite)
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
 def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path | None = None, resume: bool = False,
               overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill federated`: `options` are FederatedConfig's fields (epsilon, method, dirichlet_alpha, dropouts,

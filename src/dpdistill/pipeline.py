@@ -40,13 +40,14 @@ from dpdistill.runs import (ENSEMBLE_STATE, Progress, check_out_dir, claim_out_d
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
+    from dpdistill.methods.dgd import DgdConfig
     from dpdistill.methods.pate import PateConfig
     from dpdistill.training.datalens import DataLensConfig
     from dpdistill.training.mean_embedding import MeanEmbeddingConfig
     from dpdistill.training.private import PrivateTrainingConfig
     from dpdistill.training.self_supervised import ContrastiveConfig
 
-__all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "train_private", "evaluate",
+__all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "dgd", "train_private", "evaluate",
            "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage", "import_teacher"]
 
 ENSEMBLE_PLAN = "ensemble-plan.json"
@@ -289,6 +290,16 @@ def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: 
     from dpdistill.methods.registry import method_named
 
     return execute(method_named("pate"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
+
+
+def dgd(teacher_dir: Path, config: "DgdConfig | None", out_dir: Path, resume: bool = False,
+        progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """DGD (methods/dgd.py): PATE's answers and a tangent-normal student on the images of a generator trained
+    against `config.baseline` (no formal guarantee) or of a covered source. With `resume`, the run saved in
+    `out_dir` continues from its released answers (and saved generator) with its saved settings."""
+    from dpdistill.methods.registry import method_named
+
+    return execute(method_named("dgd"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
 
 
 def default_owners(out_dir: Path) -> Path:

@@ -379,3 +379,21 @@ def test_sigterm_exits_130_and_leaves_a_run_that_resumes(digits_teacher: Path, t
     resumed = invoke(*arguments, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert json.loads((tmp_path / "report.json").read_text())["privacy"]["queries"] == 6 * 8
+
+
+@pytest.mark.parametrize("extra, message", [
+    ((), "budget"),
+    (("--epsilon", "3", "--baseline", "BASELINE"), "queries=N"),
+    (("--epsilon", "1", "--baseline", "BASELINE", "--sample-source", "BASELINE"), "drop --sample-source"),
+    (("--epsilon", "1", "--baseline", "ENSEMBLE"), "holds an ensemble"),
+    (("--epsilon", "1", "--set", "generator_steps=0"), "generator steps must be at least 1"),
+    (("--epsilon", "1", "--set", "colour=red"), "cannot set 'colour=red'"),
+    (("--resume",), "nothing to resume"),
+])
+def test_dgd_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: Path, extra, message):
+    named = {"BASELINE": digits_teacher, "ENSEMBLE": digits_ensemble}
+    result = invoke("dgd", "--teacher", digits_ensemble, "--out", tmp_path / "run",
+                    *(named.get(part, part) for part in extra))
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "run" / "student.safetensors").exists()

@@ -63,7 +63,8 @@ def test_one_hot_loss_prefers_confident_logits():
 
 def test_activation_loss_rewards_large_features():
     assert activation_loss(torch.ones(3, 5) * 4) < activation_loss(torch.ones(3, 5))
-    assert activation_loss(torch.ones(1, 4), norm=1).item() == -4.0
+    assert activation_loss(torch.ones(1, 4) * 3).item() == -6.0  # L2 norm
+    assert activation_loss(torch.tensor([[1.0, -3.0], [2.0, 2.0]]), norm=1).item() == -2.0  # DAFL: mean |f|
 
 
 def test_batchnorm_statistics_are_zero_on_matching_data_and_hooks_are_removed():

@@ -222,6 +222,10 @@ def test_lnmax_at_dgds_scale_is_sound_at_the_papers_query_counts():
     assert query.discrete and query.dp_event() == dp_accounting.GaussianDpEvent(20.0)  # 1 / eps0, through zCDP
     with pytest.raises(PrivacyParameterError):
         DiscreteLaplaceQuery(0)
+    values = np.arange(-4000, 4001)  # the report's noise std against the pmf's own, and about scale sqrt 2
+    pmf = np.exp(-np.abs(values) / 40)
+    assert query.noise_std == pytest.approx(math.sqrt((values**2 * pmf).sum() / pmf.sum()), rel=1e-9)
+    assert query.noise_std == pytest.approx(40 * math.sqrt(2), rel=1e-3)
 
 
 def test_lnmax_calibrates_a_whole_number_scale_within_the_budget():

@@ -35,6 +35,9 @@ DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
                          help="replace the run already in --out (its outputs are removed first)")
+ENSEMBLE = typer.Option(..., help="a teacher ensemble's directory (made by train-teacher --partitions M)")
+RESUME_FROM_ANSWERS = typer.Option(False, help="continue the interrupted run in --out from its released answers, "
+                                               "with its saved settings (other options are then ignored)")
 SAMPLE_SOURCE = typer.Option(None, help="ask about the images of this `dpdistill synthesize` --out; its epsilon "
                                         "counts in --epsilon")
 
@@ -96,11 +99,12 @@ def _progress_bar(total: int | None, description: str) -> tuple[Progress, Callab
                            for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
                                                                        "student_loss", "queries", "train_loss",
                                                                        "pretrain_step", "step", "confident_share", "loss",
-                                                                       "vae_step", "vae_loss"))
+                                                                       "vae_step", "vae_loss", "generator_step",
+                                                                       "generator_loss"))
         bar.update(task, total=total, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
         if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
                                                                      "pretrain_step", "confident_share", "loss",
-                                                                     "vae_step")):
+                                                                     "vae_step", "generator_step")):
             position = "" if step is None else f"{step}/{total} "
             console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
 
@@ -504,7 +508,7 @@ def pretrain_command(
 @app.command("pate")
 @clear_errors
 def pate_command(
-    teacher: Path = typer.Option(..., help="a teacher ensemble's directory (made by train-teacher --partitions M)"),
+    teacher: Path = ENSEMBLE,
     out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, report.json and "
                                        "report.md"),
     epsilon: Optional[float] = typer.Option(None, help="privacy budget; the vote noise is calibrated to it unless "
@@ -554,8 +558,7 @@ def pate_command(
     seed: int = SEED,
     reproducible_noise: bool = REPRODUCIBLE_NOISE,
     device: str = DEVICE,
-    resume: bool = typer.Option(False, help="continue the interrupted run in --out from its released answers, with "
-                                            "its saved settings (other options are then ignored)"),
+    resume: bool = RESUME_FROM_ANSWERS,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """PATE: an ensemble labels public images by noisy votes. A student learns from the answers."""
@@ -583,6 +586,50 @@ def pate_command(
     bar, update = _progress_bar(total, f"pate student {unit}")
     with bar:
         report = pate(teacher, None if resume else config, out, resume, update, overwrite)
+    print_summary(report, out)
+
+
+@app.command("dgd")
+@clear_errors
+def dgd_command(
+    teacher: Path = ENSEMBLE,
+    out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, samples.png, "
+                                       "report.json and report.md"),
+    epsilon: Optional[float] = typer.Option(None, help="privacy budget of the answers (with a sample source: of the "
+                                                       "source and the answers together)"),
+    baseline: Optional[Path] = typer.Option(None, help="faithful DGD: a classifier trained on all the private data "
+                                                       "(train-teacher --out); the generator learns against it "
+                                                       "without noise, so NO formal guarantee"),
+    sample_source: Optional[Path] = SAMPLE_SOURCE,
+    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
+    set_: list[str] = typer.Option([], "--set", help="any setting, KEY=VALUE (repeatable): a `pate` option "
+                                                     "(queries=27), synthetic_size, or generator_ and a generator "
+                                                     "setting (generator_steps=500)"),
+    seed: int = SEED,
+    reproducible_noise: bool = REPRODUCIBLE_NOISE,
+    device: str = DEVICE,
+    resume: bool = RESUME_FROM_ANSWERS,
+    overwrite: bool = OVERWRITE,
+) -> None:
+    """DGD: noisy votes and a VAE teach a student.
+
+    An ensemble labels a few synthetic images by noisy votes; a student learns from them and, through a VAE of the
+    images, from every one. With --baseline the images come from a generator trained against it (faithful, no
+    formal guarantee); with --sample-source from a covered generator; with neither, public images (covered)."""
+    from dpdistill.methods.dgd import build_dgd_config, parse_dgd_assignments
+    from dpdistill.methods.registry import method_named
+    from dpdistill.pipeline import dgd
+
+    if resume:  # the saved settings; with nothing to resume, dgd says so
+        saved = method_named("dgd").interrupted(out)
+        config = saved[1] if saved else None
+    else:
+        config = build_dgd_config(epsilon, None if baseline is None else str(baseline),
+                                  None if sample_source is None else str(sample_source), parse_dgd_assignments(set_),
+                                  delta=delta, seed=seed, device=device, reproducible_noise=reproducible_noise)
+    bar, update = _progress_bar(config.labelling.progress_total() if config else None, "dgd student steps")
+    with bar:
+        report = dgd(teacher, None if resume else config, out, resume, update, overwrite)
     print_summary(report, out)
 
 

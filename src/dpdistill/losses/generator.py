@@ -24,8 +24,20 @@ def information_entropy_loss(logits: Tensor) -> Tensor:
 
 
 def activation_loss(features: Tensor, norm: int = 2) -> Tensor:
-    """Negative mean feature norm (L2 in DPSD/DPDFD, L1 in DGD): real images excite features strongly."""
+    """Real images excite features strongly: the negative mean L2 norm of the features (DPSD/DPDFD), or with norm 1
+    DAFL's and DGD's negative mean absolute activation (the L1 norm over the feature count, so that the term stays
+    on the scale of the others whatever the width)."""
+    if norm == 1:
+        return -features.abs().mean()
     return -features.norm(p=norm, dim=1).mean()
+
+
+def data_free_terms(logits: Tensor, features: Tensor, one_hot_weight: float, entropy_weight: float,
+                    activation_weight: float, activation_norm: int = 2) -> dict[str, Tensor]:
+    """DAFL's weighted terms for a generator whose images a fixed classifier sees as `features` and `logits`."""
+    return {"one_hot": one_hot_weight * one_hot_loss(logits),
+            "entropy": entropy_weight * information_entropy_loss(logits),
+            "activation": activation_weight * activation_loss(features, activation_norm)}
 
 
 class BatchNormStatistics:

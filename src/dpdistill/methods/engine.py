@@ -42,12 +42,7 @@ from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
-from dpdistill.losses.generator import (
-    BatchNormStatistics,
-    activation_loss,
-    information_entropy_loss,
-    one_hot_loss,
-)
+from dpdistill.losses.generator import BatchNormStatistics, data_free_terms
 from dpdistill.training.annotation import (
     Annotator,
     CandidateSet,
@@ -329,11 +324,8 @@ class TranscriptionEngine:
         """L_g: confident (one-hot), class-balanced (entropy), strongly activating samples, and BatchNorm
         statistics like the discriminator's training data's when asked for."""
         config = self.config
-        terms = {
-            "one_hot": config.one_hot_weight * one_hot_loss(view.logits),
-            "entropy": config.entropy_weight * information_entropy_loss(view.logits),
-            "activation": config.activation_weight * activation_loss(view.features),
-        }
+        terms = data_free_terms(view.logits, view.features, config.one_hot_weight, config.entropy_weight,
+                                config.activation_weight)
         if view.batchnorm is not None:
             terms["batchnorm"] = config.batchnorm_weight * view.batchnorm
         return terms

@@ -397,7 +397,7 @@ class PATE(Method):
     def interrupted(self, out_dir: Path) -> tuple[Source, PateConfig] | None:
         """Resumable once its answers are released: the run then continues from them."""
         saved = saved_config(out_dir)
-        if saved is None or not (release_state(out_dir) / ANSWERS_FILE).exists():
+        if saved is None or "pate" not in saved or not (release_state(out_dir) / ANSWERS_FILE).exists():
             return None
         return Source(Path(saved["teacher"])), PateConfig.from_dict(saved["pate"])
 
@@ -418,7 +418,8 @@ class PateJob(Job):
         if not self.dataset_name:
             raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
         self.evaluation = evaluation_set(self.dataset_name, self.in_shape, num_classes)
-        self.config, self.teacher_dir, self.state_dir, self.progress = config, teacher_dir, state_dir, progress
+        self.config = self.pate = config  # what the lifecycle saves; PATE's settings (DGD saves more)
+        self.teacher_dir, self.state_dir, self.progress = teacher_dir, state_dir, progress
         self.source = None if config.sample_source is None else load_sample_source(
             Path(config.sample_source), self.in_shape, num_classes)
         if self.source is not None and config.queries > len(self.source.labels):
@@ -436,7 +437,7 @@ class PateJob(Job):
 
     def run(self, resume: bool) -> Outcome:
         """Release (or reload) the answers, train the student."""
-        config, plan, started = self.config, self.privacy_plan, time.perf_counter()
+        config, plan, started = self.pate, self.privacy_plan, time.perf_counter()
         num_classes = self.evaluation.num_classes
         split = (self.source.pool(self.evaluation) if self.source is not None
                  else public_split(self.evaluation, config.public, config.pool_size))

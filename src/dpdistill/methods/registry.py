@@ -5,6 +5,7 @@ from __future__ import annotations
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method
 from dpdistill.methods.datalens import DataLens
+from dpdistill.methods.dgd import DGD
 from dpdistill.methods.dpdfd import DPDFD
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.dpmerf import DpMerf
@@ -18,7 +19,7 @@ from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated())}
+                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD())}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:

@@ -190,6 +190,12 @@ class DiscreteLaplaceQuery:
         """The continuous Gaussian whose RDP curve bounds this query's (through zCDP)."""
         return 1 / self.epsilon0
 
+    @property
+    def noise_std(self) -> float:
+        """The discrete Laplace's standard deviation: sqrt(2 q) / (1 - q), q = exp(-1 / scale) (about scale sqrt 2)."""
+        q = math.exp(-1 / self.scale)
+        return math.sqrt(2 * q) / (1 - q)
+
     def dp_event(self) -> dp_accounting.DpEvent:
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 

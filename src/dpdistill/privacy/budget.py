@@ -195,7 +195,8 @@ class PrivacyPlan:
         elif request.votes:
             summary.update(aggregation="noisy plurality of the members' votes among the student's top-k (GNMax, "
                                        "exact discrete Gaussian noise on the integer counts)",
-                           sigma=self.sigma, noise_std=self.sigma, noise_multiplier=self.query.noise_multiplier,
+                           sigma=self.sigma, noise_std=getattr(self.query, "noise_std", self.sigma),
+                           noise_multiplier=self.query.noise_multiplier,
                            num_candidates=request.num_candidates)
         else:
             summary.update(epsilon0=self.query.epsilon0, num_candidates=self.query.num_candidates,

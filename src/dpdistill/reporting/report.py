@@ -152,6 +152,13 @@ def _phase_breakdown(phases: dict[str, float]) -> str:
     return ", ".join(f"{phase} {seconds:.1f} s ({seconds / total:.0%})" for phase, seconds in phases.items())
 
 
+def _paper_epsilon_row(privacy: dict[str, Any]) -> list[str]:
+    """A seed's own figure for the run, where it states one, labelled as the formula it is."""
+    if "paper_epsilon" not in privacy:
+        return []
+    return [f"| paper_epsilon ({privacy['paper_epsilon_label']}) | {_number(privacy['paper_epsilon'])} |"]
+
+
 def _sample_source_rows(privacy: dict[str, Any]) -> list[str]:
     """Where a sample source supplied the samples: its release and the route's, which compose to `epsilon`."""
     source = privacy.get("sample_source")
@@ -342,8 +349,9 @@ def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
 
 PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), ("budget_epsilon", "budget"),
              ("teachers", "teachers (ensemble)"), ("queries", "answers released"),
-             ("kept_answers", "answers kept (noisy lead >= vote margin)"), ("sigma", "sigma (noise std per vote count)"),
-             ("noise_multiplier", "noise multiplier (std / sqrt 2)"), ("vote_margin", "vote margin (sigmas)"),
+             ("kept_answers", "answers kept (noisy lead >= vote margin)"), ("sigma", "sigma (per vote count: the Gaussian's std, the Laplace's scale)"),
+             ("noise_std", "noise std per vote count"),
+             ("noise_multiplier", "noise multiplier (Gaussian: std / sqrt 2; Laplace: 1 / eps0)"), ("vote_margin", "vote margin (sigmas)"),
              ("answer_targets", "student's targets (argmax: noisy winner; posterior: soft)"))
 
 
@@ -370,8 +378,7 @@ def federated_markdown(report: dict[str, Any]) -> str:
     lines += [f"| answers naming the true class | {_percent(accuracy['answers'])} |"] if pate else []
     lines += [f"| epsilon (sound, RDP) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in FEDERATED_ROWS if key in privacy]
-    if "paper_epsilon" in privacy:
-        lines.append(f"| paper_epsilon ({privacy['paper_epsilon_label']}) | {_number(privacy['paper_epsilon'])} |")
+    lines += _paper_epsilon_row(privacy)
     lines += [f"| engine | {federation['engine']} |",
               f"| secure-aggregation rounds | {federation['rounds']} |",
               f"| owners that contributed, per round | {_contributors(federation['contributors'])} |",
@@ -409,18 +416,46 @@ STUDENT_TRAINING_NOTES = {
 
 def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
-    privacy, accuracy = report["privacy"], report["accuracy"]
+    privacy = report["privacy"]
     lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "",
              f"{_guarantee(privacy)} with respect to {privacy['unit']} "
              f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
              f"are not private and must not be released.", "",
-             f"Public images: {report['public']}.", "",
-             "| quantity | value |", "| --- | --- |",
+             f"Public images: {report['public']}.", ""]
+    return "\n".join(lines + _answers_and_rounds(report, report["config"])) + "\n"
+
+
+def dgd_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of a DGD run: the guarantee (none where the generator read the baseline), the
+    generative stream, the answers, the student."""
+    privacy, generative, config = report["privacy"], report["generative"], report["config"]
+    lines = [f"# dpdistill report: DGD (discriminative-generative distillation), {report['dataset']}", "",
+             f"{_guarantee(privacy)} with respect to {privacy['unit']} "
+             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
+             f"are not private and must not be released.", ""]
+    if generative:
+        training = generative.get("training")
+        lines += ["## Generative stream", "",
+                  f"A generator trained data-free against the baseline {generative['baseline']} (read without noise) "
+                  f"made the {generative['images']:,} images the student learns from"
+                  + (f"; its last loss terms {', '.join(f'{k} {v:.4g}' for k, v in training['terms'].items())} "
+                     f"({training['wall_seconds']:.0f} s)." if training else " (resumed run: the saved generator)."),
+                  "", "![synthetic images](samples.png)", ""]
+    else:
+        lines += ["![the images the student learns from](samples.png)", ""] if "sample_source" in privacy else []
+    lines += [f"Images: {report['public']}.", ""]
+    return "\n".join(lines + _answers_and_rounds(report, config["labelling"])) + "\n"
+
+
+def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """PATE's and DGD's figures: the student, the answers, the budget, the student's rounds (`settings`: PATE's)."""
+    privacy, accuracy = report["privacy"], report["accuracy"]
+    lines = ["| quantity | value |", "| --- | --- |",
              f"| student accuracy (real test images, none of them public) | {_percent(accuracy['student'])} |",
              f"| kept answers naming the true class | {_percent(accuracy['answers'])} |",
              f"| epsilon (sound, {privacy['accountant']}) | {_number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {_number(privacy[key])} |" for key, label in PATE_ROWS if key in privacy]
-    lines += _sample_source_rows(privacy)
+    lines += _sample_source_rows(privacy) + _paper_epsilon_row(privacy)
     timing = report["timing"]
     lines += [f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{timing['wall_seconds']:.1f} s |",
@@ -428,8 +463,8 @@ def pate_markdown(report: dict[str, Any]) -> str:
               "", "## Student rounds", "",
               "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
               "student labels confidently (post-processing: no further answers)."
-              + STUDENT_TRAINING_NOTES.get(report["config"].get("student_training"), ""), ""]
-    return "\n".join(lines + _student_rounds(report, "answers")) + "\n"
+              + STUDENT_TRAINING_NOTES.get(settings.get("student_training"), ""), ""]
+    return lines + _student_rounds(report, "answers")
 
 
 def _student_rounds(report: dict[str, Any], released: str) -> list[str]:

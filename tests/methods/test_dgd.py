@@ -1,0 +1,128 @@
+"""DGD: the faithful pipeline says it has no formal guarantee and shows the seed's figure only as a paper formula,
+resumes on the same images without asking again; the covered variant composes with its source; bad settings are
+refused before any work."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from dpdistill.data import load_dataset
+from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.methods import pate as pate_module
+from dpdistill.methods.dgd import (GENERATOR_STATE, DgdConfig, build_dgd_config, paper_epsilon,
+                                   parse_dgd_assignments)
+from dpdistill.methods.pate import ANSWERS_FILE, Answers
+from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.pipeline import dgd
+from dpdistill.privacy.accounting import DiscreteLaplaceQuery
+from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
+from helpers import write_sample_source
+
+TINY = {"synthetic_size": 300, "generator_steps": 20, "vae_steps": 30, "consistency_steps": 30, "batch_size": 16}
+
+
+def test_the_paper_settings_follow_the_budget_and_the_variant():
+    faithful = build_dgd_config(1.0, baseline="b")
+    assert (faithful.labelling.queries, faithful.labelling.vote_noise, faithful.labelling.sigma) == (27, "laplace", 40)
+    assert faithful.labelling.student_training == "tangent-normal" and faithful.generator == DataFreeConfig()
+    assert build_dgd_config(10.0, baseline="b").labelling.queries == 1300
+    covered = build_dgd_config(10.0, sample_source="s")
+    assert (covered.labelling.vote_noise, covered.labelling.sigma) == ("gaussian", None)  # GNMax, calibrated
+    gaussian = build_dgd_config(1.0, baseline="b", settings={"vote_noise": "gaussian"})
+    assert gaussian.labelling.sigma is None  # the Laplace scale is no Gaussian sigma
+    assert parse_dgd_assignments(["generator_steps=5", "queries=9", "synthetic_size=7"]) == {
+        "generator_steps": 5, "queries": 9, "synthetic_size": 7}
+    config = build_dgd_config(1.0, baseline="b", settings=parse_dgd_assignments(["generator_width=8,8,4"]))
+    assert DgdConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config  # what a resume reads back
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: build_dgd_config(None, baseline="b"), PrivacyParameterError, "budget"),
+    (lambda: build_dgd_config(3.0, baseline="b"), ConfigError, "queries=N"),
+    (lambda: build_dgd_config(1.0, baseline="b", sample_source="s"), ConfigError, "drop --sample-source"),
+    (lambda: build_dgd_config(1.0, sample_source="s", settings={"synthetic_size": 10}), ConfigError, "--baseline"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_decay": 1}), ConfigError, "unknown DGD"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_activation_norm": 3}), ConfigError, "1 or 2"),
+    (lambda: parse_dgd_assignments(["colour=red"]), ConfigError, "cannot set"),
+])
+def test_impossible_settings_are_refused(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_the_data_free_generator_learns_what_the_baseline_calls_confident_and_balanced(digits_teacher: Path):
+    from dpdistill.losses.generator import data_free_terms
+    from dpdistill.models.ensemble import load_teacher
+
+    baseline, _ = load_teacher(digits_teacher)
+    config = DataFreeConfig(steps=60, batch_size=64, width=(16, 8, 8))
+    untrained, _ = train_data_free_generator(baseline, (1, 8, 8), DataFreeConfig(steps=1, width=(16, 8, 8)), 0, "cpu")
+    generator, report = train_data_free_generator(baseline, (1, 8, 8), config, 0, "cpu")
+
+    def objective(model):  # DAFL's, on fresh images
+        features = baseline.features(generate(model, 256, 1, "cpu"))
+        return sum(data_free_terms(baseline.classify(features), features, 1.0, 5.0, 0.1, 1).values()).item()
+
+    assert objective(generator) < objective(untrained) - 1.0, (objective(generator), objective(untrained))
+    assert torch.equal(generate(generator, 5, 3, "cpu"), generate(generator, 5, 3, "cpu"))
+
+
+def test_faithful_dgd_has_no_formal_guarantee_and_resumes_on_the_same_images(digits_ensemble: Path,
+                                                                               digits_teacher: Path, tmp_path: Path,
+                                                                               monkeypatch):
+    config = build_dgd_config(1.0, baseline=str(digits_teacher), settings=TINY)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pate_module, "train_student", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dgd(digits_ensemble, config, tmp_path)
+    state = tmp_path / "private" / "resume"
+    released = Answers.load(state / ANSWERS_FILE, 27)
+    assert (state / GENERATOR_STATE).exists()
+    monkeypatch.undo()
+
+    def asked_again(self, images):
+        raise AssertionError("the ensemble was asked again: the budget would be spent twice")
+
+    monkeypatch.setattr(TeacherEnsemble, "member_logits", asked_again)
+    report = dgd(digits_ensemble, None, tmp_path, resume=True)
+    privacy = report["privacy"]
+    assert privacy["formal_guarantee"] is False and privacy["covered"].startswith("NO formal guarantee")
+    assert "non-private baseline" in privacy["uncovered_reads"][0]["read"]
+    assert report["labelling_query"] == DiscreteLaplaceQuery.__name__
+    assert 0.6 < privacy["epsilon"] < 0.7  # LNMax at scale 40, 27 answers: what the answers alone spend
+    assert privacy["paper_epsilon"] == pytest.approx(27 * 0.05**2 + 0.05 * math.sqrt(54 * math.log(1e5)) + 0.01)
+    assert privacy["paper_epsilon"] == pytest.approx(paper_epsilon(27, 40, 1e-5))
+    assert torch.equal(Answers.load(tmp_path / ANSWERS_FILE, 27).indices, released.indices)
+    assert report["generative"]["images"] == 300 and report["resumed"]
+    markdown = (tmp_path / "report.md").read_text()
+    assert "**NO formal guarantee**" in markdown and "paper formula" in markdown and "Generative stream" in markdown
+    assert (tmp_path / "samples.png").exists() and not state.exists()
+
+
+def test_covered_dgd_composes_with_its_source_within_the_budget(digits_ensemble: Path, tmp_path: Path):
+    digits = load_dataset("digits")
+    source = write_sample_source(tmp_path / "source", digits.x_train[:300].numpy(), digits.y_train[:300].numpy(),
+                                 noise_multiplier=4.0)
+    settings = {**{key: value for key, value in TINY.items() if key != "synthetic_size" and "generator" not in key},
+                "queries": 50}
+    report = dgd(digits_ensemble, build_dgd_config(10.0, sample_source=str(source), settings=settings),
+                 tmp_path / "run")
+    privacy = report["privacy"]
+    assert privacy.get("formal_guarantee", True) and "paper_epsilon" not in privacy
+    assert privacy["route_epsilon"] < privacy["epsilon"] <= 10 + 1e-9
+    assert privacy["sample_source"]["epsilon"] > 0 and report["labelling_query"] != DiscreteLaplaceQuery.__name__
+    assert report["generative"] == {} and "Generative stream" not in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_a_baseline_that_is_an_ensemble_is_refused_before_any_answer(digits_ensemble: Path, tmp_path: Path):
+    with pytest.raises(ConfigError, match="holds an ensemble"):
+        dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(digits_ensemble), settings=TINY), tmp_path / "run")
+    with pytest.raises(ConfigError, match="not a directory"):
+        dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(tmp_path / "none"), settings=TINY), tmp_path / "run")
+    assert not (tmp_path / "run" / "private").exists()
