@@ -151,6 +151,15 @@ def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, b
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
+def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bool = False,
+          progress: Progress | None = None, **options: Any) -> dict[str, Any]:
+    """`dpdistill audit`: `options` are AuditConfig's fields (canaries, epsilon, delta, student_arch, epochs, seed,
+    device); the report, whose `audit` holds the epsilon lower bound beside the claimed `privacy.epsilon`."""
+    from dpdistill.audit.run import AuditConfig, run_audit
+
+    return run_audit(AuditConfig(dataset=dataset, method=method, **options), Path(out), progress, overwrite)
+
+
 def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path | None = None, resume: bool = False,
               overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
     """`dpdistill federated`: `options` are FederatedConfig's fields (epsilon, method, dirichlet_alpha, dropouts,

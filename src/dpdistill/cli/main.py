@@ -633,6 +633,37 @@ def dgd_command(
     print_summary(report, out)
 
 
+@app.command("audit")
+@clear_errors
+def audit_command(
+    dataset: str = typer.Option(..., help="the private data set the canaries go into"),
+    out: Path = typer.Option(..., help="directory for report.json, report.md, scores.png and the route's run"),
+    method: str = typer.Option("dpsgd", help="the audited route: dpsgd (train-private) or nonprivate (the "
+                                             "reference: the same student without privacy)"),
+    canaries: int = typer.Option(1000, help="mislabelled training examples, each included with probability 1/2"),
+    epsilon: Optional[float] = typer.Option(None, help="dpsgd's privacy budget: the claim audited"),
+    delta: float = typer.Option(1e-5, help="the route's delta, and the audit's"),
+    student_arch: str = typer.Option("scatter-linear", help="the student's architecture"),
+    epochs: Optional[int] = typer.Option(None, help="the route's epochs (default: its own)"),
+    seed: int = typer.Option(0, help="which canaries and which are included (the audit's secret)"),
+    device: str = DEVICE,
+    overwrite: bool = OVERWRITE,
+) -> None:
+    """Audit a route: an epsilon lower bound from canaries."""
+    from dpdistill.audit.run import AuditConfig, run_audit
+
+    config = AuditConfig(dataset=dataset, method=method, canaries=canaries, epsilon=epsilon, delta=delta,
+                         student_arch=student_arch, epochs=epochs, seed=seed, device=device)
+    bar, update = _progress_bar(None, f"audit {method}")
+    with bar:
+        report = run_audit(config, out, update, overwrite)
+    result = report["audit"]
+    console.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
+                  f"({result['right']} of {result['guesses_in'] + result['guesses_out']} guesses right, "
+                  f"{result['canaries']} canaries) against the claimed {report['privacy']['epsilon']:.4g}"
+                  f"{': REFUTED' if report['refuted'] else ''} -> {out}")
+
+
 @app.command("synthesize")
 @clear_errors
 def synthesize_command(

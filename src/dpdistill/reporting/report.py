@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -90,6 +91,42 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path) -> None:
+    """An audit's canary scores, included against excluded: the further apart, the more the release reveals."""
+    figure, axis = plt.subplots(figsize=(5, 3))
+    bins = np.linspace(scores.min(), scores.max(), 41) if scores.max() > scores.min() else 10
+    axis.hist(scores[included], bins=bins, alpha=0.6, label=f"included ({int(included.sum())})")
+    axis.hist(scores[~included], bins=bins, alpha=0.6, label=f"excluded ({int((~included).sum())})")
+    axis.set_xlabel("canary score (minus the student's loss on its wrong label)")
+    axis.set_ylabel("canaries")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def audit_markdown(report: dict[str, Any]) -> str:
+    """The human-readable report of an audit: the bound beside the claim, how it was reached."""
+    result, privacy = report["audit"], report["privacy"]
+    verdict = ("**REFUTED**: the release reveals more than its guarantee allows" if report["refuted"] else
+               "not refuted (a one-run audit cannot confirm a guarantee, only refute one)")
+    lines = [f"# dpdistill audit: {report['route']} on {report['dataset']}", "",
+             f"Empirical epsilon lower bound {_number(result['epsilon_lower_bound'])} at "
+             f"{100 * result['confidence']:g}% confidence (delta {result['delta']:g}), against the claimed epsilon "
+             f"{_number(privacy['epsilon'])}: {verdict}.", "",
+             "| quantity | value |", "| --- | --- |",
+             f"| canaries (included) | {result['canaries']} ({result['included']}) |",
+             f"| canary | {result['canary']} |",
+             f"| guesses: in / out / right | {result['guesses_in']} / {result['guesses_out']} / {result['right']} |",
+             f"| attack AUC | {_number(result['auc'])} |",
+             f"| TPR at 1% FPR | {_percent(result['tpr_at_1pct_fpr'])} |",
+             f"| student accuracy (real test images) | {_percent(report['accuracy']['student'])} |", "",
+             "The guess counts are searched on a grid (1% to 50% of the canaries on each side) with the confidence "
+             "split evenly among its points. The route's own report is in `route/`.", "",
+             "![canary scores](scores.png)", ""]
+    return "\n".join(lines)
 
 
 def _percent(value: float | None) -> str:

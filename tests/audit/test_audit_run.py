@@ -1,0 +1,60 @@
+"""`dpdistill audit` end to end on the embedded digits: the canaries differ from the data in their label only, the
+non-private reference reveals them (the audit has power), DP-SGD at epsilon 1 stays under its claim."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpdistill.audit.canaries import make_canaries, write_audited_data
+from dpdistill.audit.run import AuditConfig, run_audit
+from dpdistill.data import load_dataset
+from dpdistill.errors import ConfigError, PrivacyParameterError
+
+
+def test_the_audited_data_holds_the_included_canaries_with_their_wrong_labels_only(tmp_path: Path):
+    digits = load_dataset("digits")
+    canaries = make_canaries(digits, 100, seed=3)
+    assert (canaries.labels != digits.y_train[canaries.indices]).all()
+    assert 30 < int(canaries.included.sum()) < 70
+    write_audited_data(digits, canaries, tmp_path / "data.npz")
+    audited = load_dataset(str(tmp_path / "data.npz"))
+    assert len(audited.y_train) == len(digits.y_train) - 100 + int(canaries.included.sum())
+    ids = {int(i): position for position, i in enumerate(audited.ids_train)}
+    for index, label, included in zip(canaries.indices, canaries.labels, canaries.included):
+        original = int(digits.ids_train[index])
+        assert (original in ids) == bool(included)  # an excluded canary leaves no trace, not even its true label
+        if included:
+            assert audited.y_train[ids[original]] == label
+            assert torch.allclose(audited.x_train[ids[original]], digits.x_train[index], atol=1e-6)
+    assert torch.allclose(audited.x_test, digits.x_test, atol=1e-6)
+
+
+def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
+    report = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, student_arch="cnn", epochs=30),
+                       tmp_path)
+    assert report["audit"]["epsilon_lower_bound"] > 2 and report["audit"]["auc"] > 0.95  # measured 3.11, 0.9996
+    assert not report["refuted"] and (tmp_path / "scores.png").exists() and (tmp_path / "route").is_dir()
+    assert "not refuted" in (tmp_path / "report.md").read_text()
+
+
+def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
+    report = run_audit(AuditConfig("digits", method="dpsgd", epsilon=1.0, canaries=200, student_arch="cnn"),
+                       tmp_path)
+    assert report["privacy"]["epsilon"] == pytest.approx(1.0, abs=1e-3)
+    assert report["audit"]["epsilon_lower_bound"] <= 1.0 and not report["refuted"]
+    scores = np.load(tmp_path / "private" / "canary-scores.npz")
+    assert len(scores["scores"]) == 200  # kept private: which canaries were in
+
+
+@pytest.mark.parametrize("values, error, message", [
+    ({"method": "nonprivate", "epsilon": 1.0}, ConfigError, "no epsilon"),
+    ({"method": "dpsgd"}, PrivacyParameterError, "--epsilon"),
+    ({"method": "pate", "epsilon": 1.0}, ConfigError, "unknown audited route"),
+    ({"method": "dpsgd", "epsilon": 1.0, "canaries": 10_000}, ConfigError, "half the training set"),
+])
+def test_impossible_audits_are_refused_before_any_write(tmp_path: Path, values, error, message):
+    with pytest.raises(error, match=message):
+        run_audit(AuditConfig("digits", **values), tmp_path / "audit")
+    assert not (tmp_path / "audit" / "private").exists()
