@@ -35,6 +35,7 @@ def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     report = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, student_arch="cnn", epochs=30),
                        tmp_path)
     assert report["audit"]["epsilon_lower_bound"] > 2 and report["audit"]["auc"] > 0.95  # measured 3.11, 0.9996
+    assert report["membership"]["auc"] > 0.55  # ordinary members against test images: measured 0.61
     assert not report["refuted"] and (tmp_path / "scores.png").exists() and (tmp_path / "route").is_dir()
     assert "not refuted" in (tmp_path / "report.md").read_text()
 
@@ -44,6 +45,7 @@ def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
                        tmp_path)
     assert report["privacy"]["epsilon"] == pytest.approx(1.0, abs=1e-3)
     assert report["audit"]["epsilon_lower_bound"] <= 1.0 and not report["refuted"]
+    assert abs(report["membership"]["auc"] - 0.5) < 0.08  # measured 0.501
     scores = np.load(tmp_path / "private" / "canary-scores.npz")
     assert len(scores["scores"]) == 200  # kept private: which canaries were in
 

@@ -220,3 +220,9 @@ def test_a_route_on_a_sample_source_runs_after_its_source_and_its_teachers():
     route = "pate-1000-heads-scatter-dpmerf-eps10-fmnist"
     chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), [route])]
     assert chosen == ["teachers-1000-heads-scatter-fmnist", "dpmerf-eps1-fmnist", route]
+
+
+def test_faithful_dgd_runs_after_its_ensemble_and_its_baseline():
+    harness = _harness()
+    chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), ["dgd-paper-eps1-fmnist"])]
+    assert chosen == ["teacher-fmnist", "teachers-250-heads-scatter-fmnist", "dgd-paper-eps1-fmnist"]

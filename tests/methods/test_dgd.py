@@ -21,7 +21,8 @@ from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
 from helpers import write_sample_source
 
-TINY = {"synthetic_size": 300, "generator_steps": 20, "vae_steps": 30, "consistency_steps": 30, "batch_size": 16}
+TINY = {"synthetic_size": 300, "generator_steps": 10, "generator_batch_size": 32, "generator_width": (16, 8, 8),
+        "vae_steps": 30, "consistency_steps": 30, "batch_size": 16}
 
 
 def test_the_paper_settings_follow_the_budget_and_the_variant():

@@ -73,9 +73,10 @@ def _storable(images: Tensor) -> np.ndarray:
 
 
 @torch.inference_mode()
-def canary_scores(model: nn.Module, canaries: Canaries, device: str = "cpu") -> np.ndarray:
-    """Minus each canary's cross-entropy under the released model: higher where the model fits its wrong label."""
+def loss_scores(model: nn.Module, images: Tensor, labels: Tensor, device: str = "cpu") -> np.ndarray:
+    """Minus each example's cross-entropy under the released model: higher where the model fits the label (a
+    canary's wrong one; a member's true one)."""
     model = model.to(device).eval()
-    losses = [F.cross_entropy(model(images.to(device)), labels.to(device), reduction="none").cpu()
-              for images, labels in zip(canaries.images.split(512), canaries.labels.split(512))]
+    losses = [F.cross_entropy(model(batch.to(device)), targets.to(device), reduction="none").cpu()
+              for batch, targets in zip(images.split(512), labels.split(512))]
     return (-torch.cat(losses)).numpy().astype(np.float64)

@@ -105,11 +105,11 @@ def audit(scores: np.ndarray, included: np.ndarray, delta: float = 0.0, confiden
     if best is None:
         raise ConfigError(f"no guess count on the grid fits {canaries} canaries")
     bound, k, right = best
-    return AuditResult(bound, confidence, canaries, int(included.sum()), k, k, right, _auc(scores, included),
-                       _tpr_at(scores, included, 0.01))
+    return AuditResult(bound, confidence, canaries, int(included.sum()), k, k, right, auc(scores, included),
+                       tpr_at(scores, included, 0.01))
 
 
-def _auc(scores: np.ndarray, included: np.ndarray) -> float:
+def auc(scores: np.ndarray, included: np.ndarray) -> float:
     """The probability that an included canary outscores an excluded one (ties count half)."""
     if included.all() or not included.any():
         return float("nan")
@@ -118,7 +118,7 @@ def _auc(scores: np.ndarray, included: np.ndarray) -> float:
     return float((ranks[included].sum() - positives * (positives + 1) / 2) / (positives * (~included).sum()))
 
 
-def _tpr_at(scores: np.ndarray, included: np.ndarray, fpr: float) -> float:
+def tpr_at(scores: np.ndarray, included: np.ndarray, fpr: float) -> float:
     """The share of included canaries scored above the threshold that lets through at most `fpr` of the others."""
     if included.all() or not included.any():
         return float("nan")

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
+from torch import nn
 
 from dpdistill import pipeline
 from dpdistill.atomic import write_atomically
-from dpdistill.audit.canaries import canary_scores, make_canaries, write_audited_data
-from dpdistill.audit.one_run import CONFIDENCE, audit
+from dpdistill.audit.canaries import Canaries, loss_scores, make_canaries, write_audited_data
+from dpdistill.audit.one_run import CONFIDENCE, audit, auc, tpr_at
 from dpdistill.data import load_dataset
+from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.models.ensemble import load_saved
 from dpdistill.reporting.report import PRIVATE_DIR, audit_markdown, save_score_histogram
@@ -73,6 +76,22 @@ class AuditConfig:
         return pipeline.train_private(config, out_dir, progress=progress)
 
 
+def membership_inference(model: nn.Module, dataset: ImageDataset, canaries: Canaries,
+                         config: AuditConfig) -> dict[str, float | int]:
+    """The loss-threshold attack on ordinary examples: as many training examples the route saw (canaries aside)
+    as test images it never saw, each scored by minus its loss; the attack's AUC and TPR at 1% FPR."""
+    count = min(config.canaries, len(dataset.y_test))
+    seen = torch.ones(len(dataset.y_train), dtype=torch.bool)
+    seen[canaries.indices] = False
+    members = seen.nonzero().squeeze(1)[torch.randperm(int(seen.sum()),
+                                                       generator=torch.Generator().manual_seed(config.seed))[:count]]
+    scores = np.concatenate([loss_scores(model, dataset.x_train[members], dataset.y_train[members], config.device),
+                             loss_scores(model, dataset.x_test[:count], dataset.y_test[:count], config.device)])
+    truth = np.arange(2 * count) < count
+    return {"members": count, "non_members": count, "auc": auc(scores, truth),
+            "tpr_at_1pct_fpr": tpr_at(scores, truth, 0.01)}
+
+
 def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], None] | None = None,
               overwrite: bool = False) -> dict[str, Any]:
     """Canaries in, the route run once, the canaries scored and the bound computed; report.json, report.md and
@@ -87,13 +106,14 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], Non
         write_audited_data(dataset, canaries, data)
         route = config.run_route(data, out_dir / ROUTE_DIR, progress)
         model = load_saved(out_dir / ROUTE_DIR)[0]
-        scores = canary_scores(model, canaries, config.device)
+        scores = loss_scores(model, canaries.images, canaries.labels, config.device)
         included = canaries.included.numpy()
         result = audit(scores, included, config.delta, config.confidence)
         claimed = route.get("privacy", {}).get("epsilon", math.inf)
         report = {"method": "audit", "dataset": config.dataset, "route": config.method,
                   "audit": {**result.to_dict(), "delta": config.delta, "canary": "a training example with a wrong "
                             "label, scored by minus the released student's cross-entropy on it"},
+                  "membership": membership_inference(model, dataset, canaries, config),
                   "privacy": {"epsilon": claimed, "delta": config.delta},
                   "refuted": result.epsilon_lower_bound > claimed,
                   "accuracy": {"student": route["accuracy"].get("student", route["accuracy"].get("teacher"))},

@@ -122,7 +122,10 @@ def audit_markdown(report: dict[str, Any]) -> str:
              f"| guesses: in / out / right | {result['guesses_in']} / {result['guesses_out']} / {result['right']} |",
              f"| attack AUC | {_number(result['auc'])} |",
              f"| TPR at 1% FPR | {_percent(result['tpr_at_1pct_fpr'])} |",
-             f"| student accuracy (real test images) | {_percent(report['accuracy']['student'])} |", "",
+             f"| student accuracy (real test images) | {_percent(report['accuracy']['student'])} |",
+             f"| loss-threshold membership attack on {report['membership']['members']} training and as many test "
+             f"images: AUC / TPR at 1% FPR | {_number(report['membership']['auc'])} / "
+             f"{_percent(report['membership']['tpr_at_1pct_fpr'])} |", "",
              "The guess counts are searched on a grid (1% to 50% of the canaries on each side) with the confidence "
              "split evenly among its points. The route's own report is in `route/`.", "",
              "![canary scores](scores.png)", ""]
