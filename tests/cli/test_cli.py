@@ -397,3 +397,16 @@ def test_dgd_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: 
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "run" / "student.safetensors").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--method", "nonprivate", "--epsilon", "1"), "no epsilon"),
+    (("--method", "dpsgd"), "--epsilon"),
+    (("--method", "dpsgd", "--epsilon", "1", "--canaries", "1"), "between 2 and half"),
+    (("--method", "pate", "--epsilon", "1"), "unknown audited route 'pate'"),
+])
+def test_audit_error_paths(tmp_path: Path, extra, message):
+    result = invoke("audit", "--dataset", "digits", "--out", tmp_path / "audit", *extra)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "audit" / "private").exists()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpdistill.errors import ConfigError
 from dpdistill.federated.answers import bounded_gradients, owner_answer
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory
@@ -89,6 +90,17 @@ def test_the_server_plan_is_seed_000s_loop_with_noise_calibrated_for_the_shares(
     with pytest.raises(Exception, match="data owners answer in data mode|teacher"):
         ServerPlan.of(FederatedConfig(epsilon=10.0, dataset="digits", clients=5, method="dpsd",
                                       preset="paper,engine"))
+
+
+@pytest.mark.parametrize("method, stray, message", [
+    ("dpsd", {"queries": 500}, "queries: only the pate route reads it"),
+    ("dpsd", {"self_training_rounds": 0, "public_size": 100}, "public-size, self-training-rounds"),
+    ("pate", {"iterations": 10}, "iterations: only the dpsd route reads it"),
+    ("pate", {"preset": "demo"}, "drop it with --method pate"),
+])
+def test_a_setting_of_the_other_route_is_refused_not_ignored(method, stray, message):
+    with pytest.raises(ConfigError, match=message):
+        FederatedConfig(epsilon=10.0, dataset="digits", clients=5, method=method, **stray)
 
 
 SETTINGS = dict(dataset="digits", clients=3, method="dpsd", teacher_epochs=2, iterations=4, batch_size=32,

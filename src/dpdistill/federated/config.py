@@ -17,6 +17,12 @@ DEFAULT_MEMBERS = {"pate": 10, "dpsd": 1}  # teachers each owner trains on its o
 DEFAULT_QUERIES = 1000
 
 
+# the settings only one route reads: set for the other, they would be silently ignored
+METHOD_SETTINGS = {"dpsd": ("preset", "iterations", "beta", "top_k"),
+                   "pate": ("queries", "public", "public_size", "answer_targets", "self_training_rounds", "epochs",
+                            "min_steps")}
+
+
 @dataclass(frozen=True)
 class FederatedConfig:
     """A federation of `clients` data owners and the route that transcribes their teachers."""
@@ -74,6 +80,11 @@ class FederatedConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {value}")
         if not self.stage_timeout > 0:
             raise ConfigError(f"stage-timeout must be positive, got {self.stage_timeout}")
+        other = "dpsd" if self.method == "pate" else "pate"
+        stray = [name for name in METHOD_SETTINGS[other] if getattr(self, name) != FIELD_DEFAULTS[name]]
+        if stray:
+            raise ConfigError(f"{', '.join(name.replace('_', '-') for name in stray)}: only the {other} route reads "
+                              f"it, drop it with --method {self.method}")
         self.teacher_config()  # its own checks, now rather than after some owners trained
         if self.method == "pate":
             self.pate_config()
@@ -128,3 +139,6 @@ class FederatedConfig:
             return cls(**values)
         except TypeError as error:
             raise ConfigError(f"the saved configuration does not describe a federated run ({error})") from error
+
+
+FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(FederatedConfig)}
