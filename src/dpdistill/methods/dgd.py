@@ -170,8 +170,7 @@ class DGD(Method):
                "from every image through a VAE's tangent and normal neighbours")
     needs = Needs.ENSEMBLE
     command = "dgd"
-    paper = "Wang et al., Discriminative-Generative Distillation (TIP 2023), seed 004"
-    presets = ("paper",)
+    paper = "Wang et al., Discriminative-Generative Distillation (TIP 2023), seed 004"  # its defaults: the seed's
 
     def plan(self, source: Source, config: DgdConfig, out_dir: Path, progress: Progress | None) -> "DgdJob":
         return DgdJob(source.teacher, config, release_state(out_dir), progress)
