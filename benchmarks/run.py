@@ -781,8 +781,8 @@ PAPER_ROWS = (
     ("DataLens (seed 003), sound accounting (the official code's bound)", "10", "datalens-paper-eps10-{d}"),
     ("FedDPSD (seed 000, Table V), sound accounting: noise calibrated to a sound epsilon 10", "10",
      "feddpsd-5-owners-eps10-{d}"),
-    ("DGD (seed 004): its generator read the non-private baseline", "1", "dgd-paper-eps1-{d}"),
-    ("DGD (seed 004): its generator read the non-private baseline", "10", "dgd-paper-eps10-{d}"),
+    ("DGD (seed 004), answers alone", "1", "dgd-paper-eps1-{d}"),
+    ("DGD (seed 004), answers alone", "10", "dgd-paper-eps10-{d}"),
 )
 
 
@@ -838,9 +838,8 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     audits = [row for row in rows if row.get("audit")]
     if audits:
         lines += ["", "### Audits: the claim against an empirical lower bound", "",
-                  "`dpdistill audit` (one run, Steinke, Nasr and Jagielski 2023): the epsilon no implementation of the "
-                  "claim could produce, at 95% confidence from 1,000 canaries (at most about 5.8 even for a perfect "
-                  "attack); above the claim, the claim is refuted.", "",
+                  "`dpdistill audit` (one run; [docs/audit.md](docs/audit.md)): an epsilon lower bound at 95% from "
+                  "1,000 canaries (at most about 5.8); above the claim, the claim is refuted.", "",
                   "| row | claimed eps | lower bound (95%) | right / guesses | AUC | TPR at 1% FPR | student % |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| `{row['run']}` | {_number(row['epsilon'], '.4g')} | "
