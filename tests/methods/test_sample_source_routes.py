@@ -64,7 +64,7 @@ def test_pate_learns_on_the_sample_source_and_measures_on_the_whole_test_split(d
 def test_pate_asking_about_every_image_skips_self_training_on_an_empty_rest(digits_ensemble: Path, tmp_path: Path,
                                                                             sample_source: Path):
     """Self-training labels the images nobody asked about; when every image was asked, there are none."""
-    config = PateConfig(epsilon=1e6, sigma=0.05, queries=400, sample_source=str(sample_source), min_steps=50,
+    config = PateConfig(epsilon=1e6, sigma=0.05, queries=400, sample_source=str(sample_source), min_steps=200,
                         epochs=1, self_training_rounds=2)
     report = pate(digits_ensemble, config, tmp_path / "run")
     assert report["accuracy"]["student"] > 0.3 and [record["round"] for record in report["history"]] == [1]
