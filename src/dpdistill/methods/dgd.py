@@ -35,16 +35,16 @@ from safetensors.torch import load_file, save_file
 from dpdistill.atomic import write_atomically
 from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.methods.base import Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Outcome, Progress, Source
 from dpdistill.methods.config import parse_assignments
-from dpdistill.methods.pate import ANSWERS_FILE, PateConfig, PateJob
+from dpdistill.methods.pate import PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_generator
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.reporting.report import dgd_markdown, save_image_grid
-from dpdistill.runs import release_state, saved_config
+from dpdistill.runs import release_state
 from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
 
 PAPER_QUERIES = {1.0: 27, 10.0: 1300}  # the seed's answers at epsilon 1 and 10 (Tables II, III)
@@ -164,26 +164,19 @@ def paper_epsilon(answers: int, scale: float, delta: float) -> float:
     return answers * eps0 ** 2 + eps0 * math.sqrt(-2 * answers * math.log(delta)) + PAPER_EPSILON1
 
 
-class DGD(Method):
+class DGD(PATE):
+    """PATE's lifecycle (its config kept under "dgd", resumable once its answers are released, and from its saved
+    generator) with DGD's job and report."""
+
     name = "dgd"
     summary = ("DGD: an ensemble labels a few synthetic images by noisy votes (LNMax); a student learns from them and "
                "from every image through a VAE's tangent and normal neighbours")
-    needs = Needs.ENSEMBLE
     command = "dgd"
     paper = "Wang et al., Discriminative-Generative Distillation (TIP 2023), seed 004"  # its defaults: the seed's
+    config_type = DgdConfig
 
     def plan(self, source: Source, config: DgdConfig, out_dir: Path, progress: Progress | None) -> "DgdJob":
         return DgdJob(source.teacher, config, release_state(out_dir), progress)
-
-    def config_record(self, source: Source, config: DgdConfig) -> dict[str, Any]:
-        return {"teacher": str(source.teacher), "dgd": config.to_dict()}
-
-    def interrupted(self, out_dir: Path) -> tuple[Source, DgdConfig] | None:
-        """Resumable once its answers are released: the run continues from them (and from its saved generator)."""
-        saved = saved_config(out_dir)
-        if saved is None or "dgd" not in saved or not (release_state(out_dir) / ANSWERS_FILE).exists():
-            return None
-        return Source(Path(saved["teacher"])), DgdConfig.from_dict(saved["dgd"])
 
     def markdown(self, report: dict[str, Any]) -> str:
         return dgd_markdown(report)

@@ -391,15 +391,17 @@ class PATE(Method):
     def plan(self, source: Source, config: PateConfig, out_dir: Path, progress: Progress | None) -> "PateJob":
         return PateJob(source.teacher, config, release_state(out_dir), progress)
 
-    def config_record(self, source: Source, config: PateConfig) -> dict[str, Any]:
-        return {"teacher": str(source.teacher), "pate": config.to_dict()}
+    config_type: Any = PateConfig  # what config.json keeps under the method's name (DGD: its own)
 
-    def interrupted(self, out_dir: Path) -> tuple[Source, PateConfig] | None:
+    def config_record(self, source: Source, config: Any) -> dict[str, Any]:
+        return {"teacher": str(source.teacher), self.name: config.to_dict()}
+
+    def interrupted(self, out_dir: Path) -> tuple[Source, Any] | None:
         """Resumable once its answers are released: the run then continues from them."""
         saved = saved_config(out_dir)
-        if saved is None or "pate" not in saved or not (release_state(out_dir) / ANSWERS_FILE).exists():
+        if saved is None or self.name not in saved or not (release_state(out_dir) / ANSWERS_FILE).exists():
             return None
-        return Source(Path(saved["teacher"])), PateConfig.from_dict(saved["pate"])
+        return Source(Path(saved["teacher"])), self.config_type.from_dict(saved[self.name])
 
     def markdown(self, report: dict[str, Any]) -> str:
         return pate_markdown(report)
