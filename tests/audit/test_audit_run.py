@@ -1,5 +1,6 @@
 """`dpdistill audit` end to end on the embedded digits: the canaries differ from the data in their label only, the
-non-private reference reveals them (the audit has power), DP-SGD at epsilon 1 stays under its claim."""
+non-private reference reveals them (the audit has power), DP-SGD, PATE (canaries in the members' partitions) and
+DP-MERF (scored by the student and the synthetic set) stay under their claims."""
 
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 import torch
 
 from dpdistill.audit.canaries import make_canaries, write_audited_data
+from dpdistill.audit.routes import ROUTES
 from dpdistill.audit.run import AuditConfig, run_audit
+from dpdistill.models.ensemble import load_teacher
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError, PrivacyParameterError
 
@@ -38,6 +41,8 @@ def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     assert report["membership"]["auc"] > 0.55  # ordinary members against test images: measured 0.61
     assert not report["refuted"] and (tmp_path / "scores.png").exists() and (tmp_path / "route").is_dir()
     assert "not refuted" in (tmp_path / "report.md").read_text()
+    assert report["inversion"]["class_match"] >= 0.6  # reconstructions that look like the classes: measured 0.8
+    assert (tmp_path / "inversion.png").exists()
 
 
 def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
@@ -47,16 +52,46 @@ def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
     assert report["audit"]["epsilon_lower_bound"] <= 1.0 and not report["refuted"]
     assert abs(report["membership"]["auc"] - 0.5) < 0.08  # measured 0.501
     scores = np.load(tmp_path / "private" / "canary-scores.npz")
-    assert len(scores["scores"]) == 200  # kept private: which canaries were in
+    assert len(scores["student"]) == 200  # kept private: which canaries were in
+
+
+def test_pate_keeps_the_canaries_in_its_members_partitions_under_its_guarantee(tmp_path: Path):
+    report = run_audit(AuditConfig("digits", method="pate", epsilon=5.0, canaries=200, teachers=25,
+                                   student_arch="cnn", settings=("queries=100", "public_size=200", "min_steps=100",
+                                                                 "self_training_rounds=0")), tmp_path)
+    assert len(load_teacher(tmp_path / "private" / "teachers")[0]) == 25  # trained on the canaried data, kept private
+    assert report["privacy"]["formal_guarantee"] and report["privacy"]["epsilon"] == pytest.approx(5.0, abs=1e-3)
+    assert report["accuracy"]["student"] > 0.4  # a student that learnt (measured 0.60; chance 0.1)
+    assert report["audit"]["epsilon_lower_bound"] <= 5.0 and not report["refuted"]  # measured 0
+
+
+def test_a_synthetic_set_is_scored_too_with_the_confidence_split(tmp_path: Path):
+    report = run_audit(AuditConfig("digits", method="dp-merf", epsilon=1.0, canaries=200, inversion=False,
+                                   settings=("rff_features=64", "synthetic_size=200", "steps=50")), tmp_path)
+    assert set(report["scorers"]) == {"student", "samples"}
+    assert report["audit"]["confidence"] == 0.95 and report["privacy"]["formal_guarantee"]
+    assert report["audit"]["epsilon_lower_bound"] <= 1.0 and "inversion" not in report  # measured 0
+    assert "scored by samples" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(ROUTES))
+def test_every_route_builds_its_own_config_from_the_audits_options(tmp_path: Path, name: str):
+    config = AuditConfig("digits", method=name, epsilon=None if name == "nonprivate" else 1.0)
+    built = config.route.build(config, str(tmp_path / "data.npz"))
+    assert built is not None and not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("values, error, message", [
     ({"method": "nonprivate", "epsilon": 1.0}, ConfigError, "no epsilon"),
     ({"method": "dpsgd"}, PrivacyParameterError, "--epsilon"),
-    ({"method": "pate", "epsilon": 1.0}, ConfigError, "unknown audited route"),
+    ({"method": "pate-fast", "epsilon": 1.0}, ConfigError, "unknown audited route"),
     ({"method": "dpsgd", "epsilon": 1.0, "canaries": 10_000}, ConfigError, "half the training set"),
+    ({"method": "pate", "epsilon": 1.0, "settings": ("queries=0",)}, ConfigError, "queries"),
+    ({"method": "pate", "epsilon": 1.0, "preset": "paper"}, ConfigError, "no presets"),
+    ({"method": "dpsd", "epsilon": 1.0, "epochs": 3}, ConfigError, "--epochs"),
+    ({"method": "datalens", "epsilon": 1.0, "student_arch": "cnn"}, ConfigError, "its own student"),
 ])
 def test_impossible_audits_are_refused_before_any_write(tmp_path: Path, values, error, message):
     with pytest.raises(error, match=message):
-        run_audit(AuditConfig("digits", **values), tmp_path / "audit")
+        run_audit(AuditConfig("digits", **{"canaries": 200, **values}), tmp_path / "audit")
     assert not (tmp_path / "audit" / "private").exists()

@@ -403,7 +403,11 @@ def test_dgd_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: 
     (("--method", "nonprivate", "--epsilon", "1"), "no epsilon"),
     (("--method", "dpsgd"), "--epsilon"),
     (("--method", "dpsgd", "--epsilon", "1", "--canaries", "1"), "between 2 and half"),
-    (("--method", "pate", "--epsilon", "1"), "unknown audited route 'pate'"),
+    (("--method", "pate-fast", "--epsilon", "1"), "unknown audited route 'pate-fast'"),
+    (("--method", "pate", "--epsilon", "1", "--teachers", "1"), "at least 2"),
+    (("--method", "pate", "--epsilon", "1", "--canaries", "200", "--set", "queries=0"), "queries"),
+    (("--method", "dpsgd", "--epsilon", "1", "--teachers", "5"), "drop --teachers"),
+    (("--method", "dgd", "--epsilon", "1", "--student-arch", "cnn"), "student_arch="),
 ])
 def test_audit_error_paths(tmp_path: Path, extra, message):
     result = invoke("audit", "--dataset", "digits", "--out", tmp_path / "audit", *extra)

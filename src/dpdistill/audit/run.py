@@ -2,11 +2,13 @@
 
 1. Canaries: mislabelled training examples, each included with probability 1/2 (audit/canaries.py); the private
    data the route sees is written under the audit's private folder.
-2. Route: the route trains on that data exactly as a user would run it (`train-private --method dpsgd`, or the
-   non-private reference, `train-teacher`), into `OUT/route`.
-3. Score: every canary by the released student's fit to its wrong label.
+2. Route: the route runs on that data exactly as a user would run it (audit/routes.py): DP-SGD, a synthesis
+   method, or a teacher route whose teacher or ensemble is first trained on the data, into `OUT/route`.
+3. Score: every canary by the released student's fit to its wrong label and, where the route releases a
+   synthetic set, by the nearest synthetic image of that label.
 4. Bound: the one-run audit (audit/one_run.py) turns the guesses into an epsilon lower bound at 95%, reported
    beside the route's claimed epsilon. A bound above the claim refutes the implementation.
+5. Inversion: each class reconstructed from the student alone (audit/inversion.py), as the seeds evaluate theirs.
 """
 
 from __future__ import annotations
@@ -22,20 +24,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from dpdistill import pipeline
 from dpdistill.atomic import write_atomically
 from dpdistill.audit.canaries import Canaries, loss_scores, make_canaries, write_audited_data
-from dpdistill.audit.one_run import CONFIDENCE, audit, auc, tpr_at
+from dpdistill.audit.inversion import invert
+from dpdistill.audit.lira import logit_confidence, offline_lira, shadow_confidences
+from dpdistill.audit.one_run import CONFIDENCE, AuditResult, audit, auc, tpr_at
+from dpdistill.audit.routes import PrivateModels, Route, check_route, route_named
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
-from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import load_saved
-from dpdistill.reporting.report import PRIVATE_DIR, audit_markdown, save_score_histogram
+from dpdistill.methods.synthetic import SYNTHETIC_FILE
+from dpdistill.reporting.report import (PRIVATE_DIR, audit_markdown, is_covered, save_image_grid,
+                                        save_score_histogram)
 from dpdistill.runs import claim_out_dir, exclusive
-from dpdistill.training.private import PrivateTrainingConfig
 from dpdistill.training.teacher import TeacherConfig
 
-AUDITED_ROUTES = ("nonprivate", "dpsgd")
 AUDITED_DATA = "audited-data.npz"
 ROUTE_DIR = "route"
 
@@ -43,83 +47,156 @@ ROUTE_DIR = "route"
 @dataclass(frozen=True)
 class AuditConfig:
     dataset: str
-    method: str = "dpsgd"  # the audited route: "dpsgd" (train-private), or "nonprivate" (train-teacher, reference)
+    method: str = "dpsgd"  # the audited route (audit/routes.py), or "nonprivate", the reference
     canaries: int = 1000
-    epsilon: float | None = None  # dpsgd's budget
+    epsilon: float | None = None  # the route's budget
     delta: float = 1e-5  # the route's delta, and the audit's
-    student_arch: str = "scatter-linear"
-    epochs: int | None = None  # None: the route's default
+    student_arch: str | None = None  # None: the route's own (scatter-linear for nonprivate and dpsgd)
+    epochs: int | None = None  # nonprivate and dpsgd; None: the route's default
+    teachers: int | None = None  # teacher routes: ensemble members (1: a single teacher); None: the route's default
+    teacher_arch: str = "cnn"  # a single teacher's architecture
+    preset: str | None = None  # transcription and synthesis routes: their preset
+    settings: tuple[str, ...] = ()  # the route's other settings, KEY=VALUE as its command's --set
+    inversion: bool = True  # reconstruct each class from the released student (inversion.png)
+    shadows: int = 0  # offline LiRA's shadow models (0: no LiRA score; else at least 2)
     confidence: float = CONFIDENCE
     seed: int = 0  # which canaries, their labels and inclusion (the audit's secret); the route's initialisation
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.method not in AUDITED_ROUTES:
-            raise ConfigError(f"unknown audited route {self.method!r}: choose one of {', '.join(AUDITED_ROUTES)}")
-        if self.method == "dpsgd" and self.epsilon is None:
-            raise PrivacyParameterError("auditing dpsgd needs its privacy budget --epsilon")
-        if self.method == "nonprivate" and self.epsilon is not None:
-            raise ConfigError("the non-private reference has no epsilon: drop --epsilon")
+        object.__setattr__(self, "settings", tuple(self.settings))
+        check_route(self)
         if not 0.5 <= self.confidence < 1:
             raise ConfigError(f"confidence must be in [0.5, 1), got {self.confidence}")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError(f"epochs must be at least 1, got {self.epochs}")
+        if self.shadows == 1 or self.shadows < 0:
+            raise ConfigError(f"--shadows must be 0 (no LiRA) or at least 2 (a mean and a spread), got {self.shadows}")
 
-    def run_route(self, data: Path, out_dir: Path, progress: Callable[[dict], None] | None) -> dict[str, Any]:
-        """Train the audited route on `data` into `out_dir`; its report."""
-        epochs = {} if self.epochs is None else {"epochs": self.epochs}
-        if self.method == "nonprivate":
-            config = TeacherConfig(arch=self.student_arch, seed=self.seed, device=self.device, **epochs)
-            return pipeline.train_teacher(str(data), out_dir, config, progress)
-        config = PrivateTrainingConfig(dataset=str(data), method="dpsgd", epsilon=self.epsilon, delta=self.delta,
-                                       student_arch=self.student_arch, seed=self.seed, device=self.device, **epochs)
-        return pipeline.train_private(config, out_dir, progress=progress)
+    @property
+    def route(self) -> Route:
+        return route_named(self.method)
+
+    @property
+    def teacher_count(self) -> int:
+        return self.teachers if self.teachers is not None else self.route.default_teachers or 1
 
 
 def membership_inference(model: nn.Module, dataset: ImageDataset, canaries: Canaries,
                          config: AuditConfig) -> dict[str, float | int]:
     """The loss-threshold attack on ordinary examples: as many training examples the route saw (canaries aside)
-    as test images it never saw, each scored by minus its loss; the attack's AUC and TPR at 1% FPR."""
-    count = min(config.canaries, len(dataset.y_test))
+    as test images it never saw (the last ones: PATE's and DGD's public pool is the first part of the test split),
+    each scored by minus its loss; the attack's AUC and TPR at 1% FPR."""
+    count = min(config.canaries, len(dataset.y_test) // 2)
     seen = torch.ones(len(dataset.y_train), dtype=torch.bool)
     seen[canaries.indices] = False
     members = seen.nonzero().squeeze(1)[torch.randperm(int(seen.sum()),
                                                        generator=torch.Generator().manual_seed(config.seed))[:count]]
     scores = np.concatenate([loss_scores(model, dataset.x_train[members], dataset.y_train[members], config.device),
-                             loss_scores(model, dataset.x_test[:count], dataset.y_test[:count], config.device)])
+                             loss_scores(model, dataset.x_test[-count:], dataset.y_test[-count:], config.device)])
     truth = np.arange(2 * count) < count
     return {"members": count, "non_members": count, "auc": auc(scores, truth),
             "tpr_at_1pct_fpr": tpr_at(scores, truth, 0.01)}
 
 
+def synthetic_scores(route_dir: Path, canaries: Canaries) -> np.ndarray | None:
+    """Where the route releases a synthetic set: minus each canary's distance to the nearest synthetic image of
+    its wrong label (a generator that memorised an included canary draws close to it); None where it has none."""
+    path = route_dir / SYNTHETIC_FILE
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as arrays:
+        images, labels = torch.from_numpy(arrays["x"]).flatten(1), torch.from_numpy(arrays["y"])
+    scores = torch.full((len(canaries.labels),), -math.inf, dtype=torch.float64)
+    flat = canaries.images.flatten(1)
+    for label in canaries.labels.unique():
+        mine, theirs = canaries.labels == label, images[labels == label]
+        if len(theirs):
+            scores[mine] = -torch.cdist(flat[mine], theirs).min(1).values.double()
+    return scores.clamp_min(-1e6).numpy()
+
+
+def score_canaries(route_dir: Path, canaries: Canaries, dataset: ImageDataset, config: AuditConfig,
+                   progress: Callable[[dict], None] | None) -> dict[str, np.ndarray]:
+    """Every score the release affords: the student's fit to each wrong label; the synthetic set's nearness where
+    there is one; with shadows, offline LiRA on the student (shadows of the student's architecture)."""
+    model, meta, _ = load_saved(route_dir)
+    scores = {"student": loss_scores(model, canaries.images, canaries.labels, config.device)}
+    samples = synthetic_scores(route_dir, canaries)
+    if samples is not None:
+        scores["samples"] = samples
+    if config.shadows:
+        epochs = {} if config.epochs is None else {"epochs": config.epochs}
+        shadow = TeacherConfig(arch=meta["arch"], seed=config.seed, device=config.device, **epochs)
+        scores["lira"] = offline_lira(logit_confidence(model, canaries.images, canaries.labels, config.device),
+                                      shadow_confidences(dataset, canaries, shadow, config.shadows, progress))
+    return scores
+
+
+SCORERS = {"student": "minus the released student's cross-entropy on a canary's wrong label",
+           "samples": "minus the distance from a canary to the nearest released synthetic image of its wrong label",
+           "lira": "offline LiRA: the student's logit confidence on a canary's wrong label against shadow models "
+                   "that never saw it"}
+
+
+def audit_scores(scores: dict[str, np.ndarray], included: np.ndarray, config: AuditConfig
+                 ) -> tuple[str, AuditResult, dict[str, AuditResult]]:
+    """One audit per score, the confidence split evenly among them (Bonferroni): the best bound holds at
+    `config.confidence`. The scorer that gave it, its result, and every scorer's."""
+    each = 1 - (1 - config.confidence) / len(scores)
+    results = {name: dataclasses.replace(audit(values, included, config.delta, each), confidence=config.confidence)
+               for name, values in scores.items()}
+    best = max(results, key=lambda name: results[name].epsilon_lower_bound)
+    return best, results[best], results
+
+
+def claim(route_report: dict[str, Any], route: Route) -> dict[str, Any]:
+    """What the route claims: its epsilon (infinite without privacy), what its report says it covers, and whether
+    that is a formal guarantee."""
+    privacy = route_report.get("privacy", {}) if route.takes_epsilon else {}
+    stated = {"epsilon": privacy.get("epsilon", math.inf), "delta": privacy.get("delta"), "mode": privacy.get("mode"),
+              "covered": privacy.get("covered", "")}
+    return {**stated, "formal_guarantee": route.takes_epsilon and is_covered(privacy | stated)}
+
+
 def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], None] | None = None,
               overwrite: bool = False) -> dict[str, Any]:
-    """Canaries in, the route run once, the canaries scored and the bound computed; report.json, report.md and
-    scores.png in `out_dir` (the route's own run in `out_dir/route`, the audited data under `private/`)."""
+    """Canaries in, the route run once, the canaries scored and the bound computed; report.json, report.md,
+    scores.png and inversion.png in `out_dir` (the route's own run in `out_dir/route`; the audited data, the
+    teachers and which canaries were in under `private/`)."""
     with exclusive(out_dir):
         clear_previous = claim_out_dir(out_dir, False, overwrite, False, "audit")
+        data = out_dir / PRIVATE_DIR / AUDITED_DATA
+        built = config.route.build(config, str(data))  # a wrong setting is refused before anything is written
         dataset = load_dataset(config.dataset)
         canaries = make_canaries(dataset, config.canaries, config.seed)
         clear_previous()
-        data = out_dir / PRIVATE_DIR / AUDITED_DATA
         data.parent.mkdir(parents=True, exist_ok=True)
         write_audited_data(dataset, canaries, data)
-        route = config.run_route(data, out_dir / ROUTE_DIR, progress)
+        route_report = config.route.run(built, PrivateModels(config, str(data), data.parent, progress),
+                                        out_dir / ROUTE_DIR, progress)
         model = load_saved(out_dir / ROUTE_DIR)[0]
-        scores = loss_scores(model, canaries.images, canaries.labels, config.device)
+        scores = score_canaries(out_dir / ROUTE_DIR, canaries, dataset, config, progress)
         included = canaries.included.numpy()
-        result = audit(scores, included, config.delta, config.confidence)
-        claimed = route.get("privacy", {}).get("epsilon", math.inf)
+        scorer, result, results = audit_scores(scores, included, config)
+        claimed = claim(route_report, config.route)
         report = {"method": "audit", "dataset": config.dataset, "route": config.method,
-                  "audit": {**result.to_dict(), "delta": config.delta, "canary": "a training example with a wrong "
-                            "label, scored by minus the released student's cross-entropy on it"},
+                  "audit": {**result.to_dict(), "delta": config.delta, "scorer": scorer, "canary": "a training "
+                            "example with a wrong label, scored by " + SCORERS[scorer]},
+                  "scorers": {name: {**value.to_dict(), "score": SCORERS[name]} for name, value in results.items()},
                   "membership": membership_inference(model, dataset, canaries, config),
-                  "privacy": {"epsilon": claimed, "delta": config.delta},
-                  "refuted": result.epsilon_lower_bound > claimed,
-                  "accuracy": {"student": route["accuracy"].get("student", route["accuracy"].get("teacher"))},
+                  "privacy": claimed, "refuted": result.epsilon_lower_bound > claimed["epsilon"],
+                  "accuracy": {"student": route_report["accuracy"].get("student",
+                                                                       route_report["accuracy"].get("teacher"))},
                   "config": dataclasses.asdict(config)}
-        save_score_histogram(scores, included, out_dir / "scores.png")
+        if config.inversion:
+            inversion = invert(model, dataset.x_train, dataset.y_train, dataset.num_classes, config.device)
+            save_image_grid(inversion.images, out_dir / "inversion.png", columns=dataset.num_classes,
+                            labels=list(range(dataset.num_classes)))
+            report["inversion"] = {"class_match": inversion.class_match, "correlation": inversion.correlation,
+                                   "image": "inversion.png"}
+        save_score_histogram(scores[scorer], included, out_dir / "scores.png")
         write_atomically({out_dir / "report.json": lambda temporary: temporary.write_text(json.dumps(report, indent=2)),
                           out_dir / "report.md": lambda temporary: temporary.write_text(audit_markdown(report))})
-        np.savez(out_dir / PRIVATE_DIR / "canary-scores.npz", scores=scores, included=included)  # which were in: private
+        np.savez(out_dir / PRIVATE_DIR / "canary-scores.npz", included=included, **scores)  # which were in: private
         return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import signal
 import sys
 from enum import Enum
@@ -637,14 +638,27 @@ def dgd_command(
 @clear_errors
 def audit_command(
     dataset: str = typer.Option(..., help="the private data set the canaries go into"),
-    out: Path = typer.Option(..., help="directory for report.json, report.md, scores.png and the route's run"),
-    method: str = typer.Option("dpsgd", help="the audited route: dpsgd (train-private) or nonprivate (the "
-                                             "reference: the same student without privacy)"),
+    out: Path = typer.Option(..., help="directory for report.json, report.md, scores.png, inversion.png and the "
+                                       "route's run"),
+    method: str = typer.Option("dpsgd", help="the audited route: dpsgd, datalens, dp-merf, pate, dgd, dpsd, "
+                                             "dpdfd, srr, or nonprivate (the reference: the student without "
+                                             "privacy)"),
     canaries: int = typer.Option(1000, help="mislabelled training examples, each included with probability 1/2"),
-    epsilon: Optional[float] = typer.Option(None, help="dpsgd's privacy budget: the claim audited"),
+    epsilon: Optional[float] = typer.Option(None, help="the route's privacy budget: the claim audited"),
     delta: float = typer.Option(1e-5, help="the route's delta, and the audit's"),
-    student_arch: str = typer.Option("scatter-linear", help="the student's architecture"),
-    epochs: Optional[int] = typer.Option(None, help="the route's epochs (default: its own)"),
+    student_arch: Optional[str] = typer.Option(None, help="the student's architecture [default: the route's; "
+                                                          "scatter-linear for nonprivate and dpsgd]"),
+    epochs: Optional[int] = typer.Option(None, help="nonprivate and dpsgd: the student's epochs"),
+    teachers: Optional[int] = typer.Option(None, help="teacher routes: ensemble members, heads on scattering "
+                                                      "features (1: one teacher) [default: 250 for pate and dgd, "
+                                                      "1 for transcriptions]"),
+    teacher_arch: str = typer.Option("cnn", help="a single teacher's architecture (and DGD's baseline)"),
+    preset: Optional[str] = typer.Option(None, help="transcription and synthesis routes: their preset"),
+    set_: list[str] = typer.Option([], "--set", help="any setting of the route, KEY=VALUE (repeatable), as its "
+                                                     "own command's --set"),
+    inversion: bool = typer.Option(True, help="reconstruct each class from the released student"),
+    shadows: int = typer.Option(0, help="offline LiRA: shadow models of the student, each on half the data "
+                                        "without the canaries (0: off)"),
     seed: int = typer.Option(0, help="which canaries and which are included (the audit's secret)"),
     device: str = DEVICE,
     overwrite: bool = OVERWRITE,
@@ -653,14 +667,18 @@ def audit_command(
     from dpdistill.audit.run import AuditConfig, run_audit
 
     config = AuditConfig(dataset=dataset, method=method, canaries=canaries, epsilon=epsilon, delta=delta,
-                         student_arch=student_arch, epochs=epochs, seed=seed, device=device)
+                         student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,
+                         preset=preset, settings=tuple(set_), inversion=inversion, shadows=shadows, seed=seed,
+                         device=device)
     bar, update = _progress_bar(None, f"audit {method}")
     with bar:
         report = run_audit(config, out, update, overwrite)
-    result = report["audit"]
+    result, privacy = report["audit"], report["privacy"]
+    claim = (f"the claimed {privacy['epsilon']:.4g}" if privacy["formal_guarantee"] else
+             "no privacy" if math.isinf(privacy["epsilon"]) else f"{privacy['epsilon']:.4g} (NO formal guarantee)")
     console.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
                   f"({result['right']} of {result['guesses_in'] + result['guesses_out']} guesses right, "
-                  f"{result['canaries']} canaries) against the claimed {report['privacy']['epsilon']:.4g}"
+                  f"{result['canaries']} canaries) against {claim}"
                   f"{': REFUTED' if report['refuted'] else ''} -> {out}")
 
 

@@ -110,12 +110,15 @@ def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path) -
 def audit_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of an audit: the bound beside the claim, how it was reached."""
     result, privacy = report["audit"], report["privacy"]
-    verdict = ("**REFUTED**: the release reveals more than its guarantee allows" if report["refuted"] else
+    claim = (f"the claimed epsilon {_number(privacy['epsilon'])}" if privacy["formal_guarantee"] else
+             "no claim (the route runs without privacy)" if math.isinf(privacy["epsilon"]) else
+             f"the epsilon its accounting states, {_number(privacy['epsilon'])}, which is NO formal guarantee")
+    verdict = ("**REFUTED**: the release reveals more than that epsilon allows" if report["refuted"] else
                "not refuted (a one-run audit cannot confirm a guarantee, only refute one)")
     lines = [f"# dpdistill audit: {report['route']} on {report['dataset']}", "",
              f"Empirical epsilon lower bound {_number(result['epsilon_lower_bound'])} at "
-             f"{100 * result['confidence']:g}% confidence (delta {result['delta']:g}), against the claimed epsilon "
-             f"{_number(privacy['epsilon'])}: {verdict}.", "",
+             f"{100 * result['confidence']:g}% confidence (delta {result['delta']:g}), against {claim}: "
+             f"{verdict}.", "",
              "| quantity | value |", "| --- | --- |",
              f"| canaries (included) | {result['canaries']} ({result['included']}) |",
              f"| canary | {result['canary']} |",
@@ -125,10 +128,20 @@ def audit_markdown(report: dict[str, Any]) -> str:
              f"| student accuracy (real test images) | {_percent(report['accuracy']['student'])} |",
              f"| loss-threshold membership attack on {report['membership']['members']} training and as many test "
              f"images: AUC / TPR at 1% FPR | {_number(report['membership']['auc'])} / "
-             f"{_percent(report['membership']['tpr_at_1pct_fpr'])} |", "",
-             "The guess counts are searched on a grid (1% to 50% of the canaries on each side) with the confidence "
-             "split evenly among its points. The route's own report is in `route/`.", "",
-             "![canary scores](scores.png)", ""]
+             f"{_percent(report['membership']['tpr_at_1pct_fpr'])} |"]
+    lines += [f"| scored by {name}: lower bound / AUC | {_number(value['epsilon_lower_bound'])} / "
+              f"{_number(value['auc'])} |" for name, value in report["scorers"].items() if len(report["scorers"]) > 1]
+    inversion = report.get("inversion")
+    if inversion:
+        lines.append(f"| model inversion: classes whose reconstruction matches its own class's mean private image "
+                     f"best / mean correlation | {_percent(inversion['class_match'])} / "
+                     f"{_number(inversion['correlation'])} |")
+    lines += ["", "The guess counts are searched on a grid (1% to 50% of the canaries on each side) with the "
+              "confidence split evenly among its points and among the scores. The route's own report is in "
+              "`route/`.", "", "![canary scores](scores.png)", ""]
+    if inversion:
+        lines += ["Each class reconstructed from the released student alone (gradient ascent on its logit):", "",
+                  "![model inversion](inversion.png)", ""]
     return "\n".join(lines)
 
 
@@ -162,7 +175,7 @@ def is_covered(privacy: dict[str, Any]) -> bool:
     """Whether a report's epsilon covers its release: there was noise, and nothing voided the guarantee
     (reproducible noise, a simulated split, a generator or a student update that read private data unprotected)."""
     return (privacy.get("mode") != "none" and privacy.get("formal_guarantee") is not False
-            and not privacy["covered"].startswith("NO"))
+            and not privacy.get("covered", "").startswith("NO"))
 
 
 def _guarantee(privacy: dict[str, Any], notion: str = "DP") -> str:
