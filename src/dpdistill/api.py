@@ -153,8 +153,9 @@ def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, b
 
 def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bool = False,
           progress: Progress | None = None, **options: Any) -> dict[str, Any]:
-    """`dpdistill audit`: `options` are AuditConfig's fields (canaries, epsilon, delta, student_arch, epochs, seed,
-    device); the report, whose `audit` holds the epsilon lower bound beside the claimed `privacy.epsilon`."""
+    """`dpdistill audit`: `options` are AuditConfig's fields (canaries, epsilon, delta, student_arch, epochs,
+    teachers, teacher_arch, preset, settings, inversion, shadows, white_box, seed, device); the report, whose
+    `audit` holds the epsilon lower bound beside the claimed `privacy.epsilon`."""
     from dpdistill.audit.run import AuditConfig, run_audit
 
     return run_audit(AuditConfig(dataset=dataset, method=method, **options), Path(out), progress, overwrite)

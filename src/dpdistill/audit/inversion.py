@@ -40,18 +40,23 @@ def invert_classes(model: nn.Module, input_shape: tuple[int, ...], num_classes: 
     """One image per class maximising the model's probability of that class, smooth and close to grey: all
     classes at once, from the grey image (deterministic given the model)."""
     model = model.to(device).eval()
+    flags = [parameter.requires_grad for parameter in model.parameters()]
     for parameter in model.parameters():
-        parameter.requires_grad_(False)
+        parameter.requires_grad_(False)  # the image is learnt, the model only read
     latent = torch.zeros(num_classes, *input_shape, device=device, requires_grad=True)
     optimizer = torch.optim.Adam([latent], lr=INVERSION_LR)
     targets = torch.arange(num_classes, device=device)
-    for _ in range(steps):
-        images = torch.tanh(latent)
-        loss = (F.cross_entropy(model(images), targets) + SMOOTHNESS * total_variation(images)
-                + SHRINKAGE * images.pow(2).mean())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    try:
+        for _ in range(steps):
+            images = torch.tanh(latent)
+            loss = (F.cross_entropy(model(images), targets) + SMOOTHNESS * total_variation(images)
+                    + SHRINKAGE * images.pow(2).mean())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        for parameter, flag in zip(model.parameters(), flags):
+            parameter.requires_grad_(flag)
     return torch.tanh(latent).detach().cpu()
 
 

@@ -4,8 +4,9 @@
    data the route sees is written under the audit's private folder.
 2. Route: the route runs on that data exactly as a user would run it (audit/routes.py): DP-SGD, a synthesis
    method, or a teacher route whose teacher or ensemble is first trained on the data, into `OUT/route`.
-3. Score: every canary by the released student's fit to its wrong label and, where the route releases a
-   synthetic set, by the nearest synthetic image of that label.
+3. Score: every canary by the released student's fit to its wrong label; where the route releases a synthetic
+   set, by the nearest synthetic image of that label; with shadow models, by offline LiRA (audit/lira.py). With
+   --white-box (DP-SGD), the canaries are gradients in the optimizer's clipped sum instead (audit/white_box.py).
 4. Bound: the one-run audit (audit/one_run.py) turns the guesses into an epsilon lower bound at 95%, reported
    beside the route's claimed epsilon. A bound above the claim refutes the implementation.
 5. Inversion: each class reconstructed from the student alone (audit/inversion.py), as the seeds evaluate theirs.
@@ -30,6 +31,7 @@ from dpdistill.audit.inversion import invert
 from dpdistill.audit.lira import logit_confidence, offline_lira, shadow_confidences
 from dpdistill.audit.one_run import CONFIDENCE, AuditResult, audit, auc, tpr_at
 from dpdistill.audit.routes import PrivateModels, Route, check_route, route_named
+from dpdistill.audit.white_box import GradientCanaries, gradient_canaries
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
@@ -59,6 +61,7 @@ class AuditConfig:
     settings: tuple[str, ...] = ()  # the route's other settings, KEY=VALUE as its command's --set
     inversion: bool = True  # reconstruct each class from the released student (inversion.png)
     shadows: int = 0  # offline LiRA's shadow models (0: no LiRA score; else at least 2)
+    white_box: bool = False  # dpsgd: gradient canaries in the optimizer's clipped sum instead of mislabelled data
     confidence: float = CONFIDENCE
     seed: int = 0  # which canaries, their labels and inclusion (the audit's secret); the route's initialisation
     device: str = "cpu"
@@ -72,6 +75,9 @@ class AuditConfig:
             raise ConfigError(f"epochs must be at least 1, got {self.epochs}")
         if self.shadows == 1 or self.shadows < 0:
             raise ConfigError(f"--shadows must be 0 (no LiRA) or at least 2 (a mean and a spread), got {self.shadows}")
+        if self.white_box and (self.method != "dpsgd" or self.shadows):
+            raise ConfigError("--white-box puts gradient canaries into DP-SGD's optimizer: use it with --method "
+                              "dpsgd and without --shadows")
 
     @property
     def route(self) -> Route:
@@ -136,7 +142,11 @@ def score_canaries(route_dir: Path, canaries: Canaries, dataset: ImageDataset, c
 SCORERS = {"student": "minus the released student's cross-entropy on a canary's wrong label",
            "samples": "minus the distance from a canary to the nearest released synthetic image of its wrong label",
            "lira": "offline LiRA: the student's logit confidence on a canary's wrong label against shadow models "
-                   "that never saw it"}
+                   "that never saw it",
+           "gradient": "the sum over DP-SGD's steps of the noisy gradient on the canary's own weight coordinate"}
+CANARY = {False: "a training example with a wrong label",
+          True: "a gradient of norm C on its own weight coordinate, in DP-SGD's clipped sum when included and "
+                "drawn by its own Poisson sampling (white box)"}
 
 
 def audit_scores(scores: dict[str, np.ndarray], included: np.ndarray, config: AuditConfig
@@ -167,22 +177,27 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], Non
     with exclusive(out_dir):
         clear_previous = claim_out_dir(out_dir, False, overwrite, False, "audit")
         data = out_dir / PRIVATE_DIR / AUDITED_DATA
-        built = config.route.build(config, str(data))  # a wrong setting is refused before anything is written
+        # a wrong setting is refused before anything is written; white-box canaries leave the data as it is
+        built = config.route.build(config, config.dataset if config.white_box else str(data))
         dataset = load_dataset(config.dataset)
         canaries = make_canaries(dataset, config.canaries, config.seed)
         clear_previous()
         data.parent.mkdir(parents=True, exist_ok=True)
-        write_audited_data(dataset, canaries, data)
-        route_report = config.route.run(built, PrivateModels(config, str(data), data.parent, progress),
-                                        out_dir / ROUTE_DIR, progress)
+        white_box = GradientCanaries(canaries.included, config.seed) if config.white_box else None
+        if white_box is None:
+            write_audited_data(dataset, canaries, data)
+        with gradient_canaries(white_box):
+            route_report = config.route.run(built, PrivateModels(config, str(data), data.parent, progress),
+                                            out_dir / ROUTE_DIR, progress)
         model = load_saved(out_dir / ROUTE_DIR)[0]
-        scores = score_canaries(out_dir / ROUTE_DIR, canaries, dataset, config, progress)
+        scores = ({"gradient": white_box.observed.numpy()} if white_box is not None else
+                  score_canaries(out_dir / ROUTE_DIR, canaries, dataset, config, progress))
         included = canaries.included.numpy()
         scorer, result, results = audit_scores(scores, included, config)
         claimed = claim(route_report, config.route)
         report = {"method": "audit", "dataset": config.dataset, "route": config.method,
-                  "audit": {**result.to_dict(), "delta": config.delta, "scorer": scorer, "canary": "a training "
-                            "example with a wrong label, scored by " + SCORERS[scorer]},
+                  "audit": {**result.to_dict(), "delta": config.delta, "scorer": scorer,
+                            "canary": f"{CANARY[config.white_box]}, scored by {SCORERS[scorer]}"},
                   "scorers": {name: {**value.to_dict(), "score": SCORERS[name]} for name, value in results.items()},
                   "membership": membership_inference(model, dataset, canaries, config),
                   "privacy": claimed, "refuted": result.epsilon_lower_bound > claimed["epsilon"],

@@ -659,6 +659,8 @@ def audit_command(
     inversion: bool = typer.Option(True, help="reconstruct each class from the released student"),
     shadows: int = typer.Option(0, help="offline LiRA: shadow models of the student, each on half the data "
                                         "without the canaries (0: off)"),
+    white_box: bool = typer.Option(False, help="dpsgd: gradient canaries of norm C in the optimizer's clipped "
+                                               "sum, scored from every noisy gradient"),
     seed: int = typer.Option(0, help="which canaries and which are included (the audit's secret)"),
     device: str = DEVICE,
     overwrite: bool = OVERWRITE,
@@ -668,8 +670,8 @@ def audit_command(
 
     config = AuditConfig(dataset=dataset, method=method, canaries=canaries, epsilon=epsilon, delta=delta,
                          student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,
-                         preset=preset, settings=tuple(set_), inversion=inversion, shadows=shadows, seed=seed,
-                         device=device)
+                         preset=preset, settings=tuple(set_), inversion=inversion, shadows=shadows,
+                         white_box=white_box, seed=seed, device=device)
     bar, update = _progress_bar(None, f"audit {method}")
     with bar:
         report = run_audit(config, out, update, overwrite)

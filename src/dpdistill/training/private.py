@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -88,6 +89,9 @@ UNITS = {ADD_REMOVE: "adding or removing one private training example",
          REPLACE_ONE: "replacing one private training example"}
 TRAIN_LAYERS = ("all", "head")  # which of the student's weights learn from the private data
 OPTIMIZERS = ("adam", "sgd")
+# An audit's white-box gradient canaries (audit/white_box.py GradientCanaries), attached to the DP-SGD optimizer
+# of runs inside its block; None for every run a user makes.
+GRADIENT_CANARIES: ContextVar[Any] = ContextVar("gradient_canaries", default=None)
 # Settings left unset take the student's defaults. Scattering students: Tramer & Boneh's DP-SGD recipe (clip 0.1,
 # SGD with momentum 0.9, 40 epochs); scatter-linear with their batch and step doubled (8,192 at lr 8), chosen on a
 # validation split (the last 10,000 Fashion-MNIST training images; the test set untouched): 88.36% there at
@@ -511,6 +515,9 @@ class DPSGDTrainer(PrivateTrainer):
             self.optimizer = NoiseSourceDPOptimizer(self.optimizer, **settings)
         self.accountant = RDPAccountant()
         self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=self.plan.sample_rate))
+        canaries = GRADIENT_CANARIES.get()
+        if canaries is not None:  # an audit's white-box canaries (audit/white_box.py); never set by a release
+            canaries.attach(self.optimizer, self.trained, self.plan.sample_rate, self.config.max_grad_norm)
 
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return opacus_compatible(model)
