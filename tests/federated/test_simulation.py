@@ -46,6 +46,9 @@ def run(out: Path, owners: Path, **changes) -> dict:
     return federated(FederatedConfig(**{"epsilon": 30.0, **SETTINGS, **changes}), out, owners)
 
 
+QUICK_STUDENT = dict(epochs=1, min_steps=20)  # where only the rounds are checked, not what the student learns
+
+
 def test_the_sums_are_the_owners_votes_plus_the_planned_noise(tmp_path: Path, owners: Path):
     report = run(tmp_path / "run", owners)
     assert report["federation"]["contributors"] == [5, 5] and report["privacy"]["epsilon"] <= 30.0
@@ -72,7 +75,7 @@ def broken_owner(owners: Path):
 
 
 def test_a_refused_owner_is_a_dropout_the_noise_was_sized_for(tmp_path: Path, owners: Path, broken_owner: Path):
-    report = run(tmp_path / "run", owners, dropouts=1)
+    report = run(tmp_path / "run", owners, dropouts=1, **QUICK_STUDENT)
     assert report["federation"]["contributors"] == [4, 4] and report["privacy"]["threshold"] == 4
     healthy = [owner_directory(owners, i) for i in (0, 1, 3, 4)]
     residual = (load_file(tmp_path / "run" / ANSWERS_FILE)["votes"]
@@ -85,7 +88,7 @@ def test_without_dropouts_a_refused_owner_stops_the_run_and_resume_finishes_it(t
                                                                                broken_owner: Path):
     out = tmp_path / "run"
     with pytest.raises(FederationError, match="stopped at round 1 of 2"):
-        run(out, owners)
+        run(out, owners, **QUICK_STUDENT)
     assert not (out / ANSWERS_FILE).exists() and not list((out / "private").rglob("round-*.safetensors"))
     reserved = json.loads((owners / "ledger.json").read_text())["entries"][-1]
     assert reserved["status"] == "reserved" and reserved["out_dir"] == str(out)
