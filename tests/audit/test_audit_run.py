@@ -43,6 +43,8 @@ def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     assert "not refuted" in (tmp_path / "report.md").read_text()
     assert report["inversion"]["class_match"] >= 0.6  # reconstructions that look like the classes: measured 0.8
     assert (tmp_path / "inversion.png").exists()
+    again = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, epochs=1), tmp_path, overwrite=True)
+    assert again["config"]["epochs"] == 1  # every file an audit writes is its own: --overwrite replaces them
 
 
 def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):

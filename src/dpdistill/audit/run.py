@@ -210,7 +210,7 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], Non
                             labels=list(range(dataset.num_classes)))
             report["inversion"] = {"class_match": inversion.class_match, "correlation": inversion.correlation,
                                    "image": "inversion.png"}
-        save_score_histogram(scores[scorer], included, out_dir / "scores.png")
+        save_score_histogram(scores[scorer], included, out_dir / "scores.png", SCORERS[scorer])
         write_atomically({out_dir / "report.json": lambda temporary: temporary.write_text(json.dumps(report, indent=2)),
                           out_dir / "report.md": lambda temporary: temporary.write_text(audit_markdown(report))})
         np.savez(out_dir / PRIVATE_DIR / "canary-scores.npz", included=included, **scores)  # which were in: private

@@ -93,13 +93,13 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
-def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path) -> None:
+def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, score: str) -> None:
     """An audit's canary scores, included against excluded: the further apart, the more the release reveals."""
     figure, axis = plt.subplots(figsize=(5, 3))
     bins = np.linspace(scores.min(), scores.max(), 41) if scores.max() > scores.min() else 10
     axis.hist(scores[included], bins=bins, alpha=0.6, label=f"included ({int(included.sum())})")
     axis.hist(scores[~included], bins=bins, alpha=0.6, label=f"excluded ({int((~included).sum())})")
-    axis.set_xlabel("canary score (minus the student's loss on its wrong label)")
+    axis.set_xlabel(f"canary score ({score})", fontsize=7)
     axis.set_ylabel("canaries")
     axis.legend()
     figure.tight_layout()
