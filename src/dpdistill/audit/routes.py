@@ -72,17 +72,20 @@ class Route:
         return {None: None, "single": 1, "ensemble": ENSEMBLE_DEFAULT}[self.teachers]
 
 
+def _student(config: "AuditConfig", kind: type) -> dict[str, str]:
+    """The student's architecture where the route's config `kind` has one to choose (refused where it has none)."""
+    if config.student_arch is None:
+        return {}
+    if "student_arch" not in kind.__dataclass_fields__:
+        raise ConfigError(f"the {config.method} route sets its own student: drop --student-arch")
+    return {"student_arch": config.student_arch}
+
+
 def _settings(config: "AuditConfig", kind: type, **given: Any) -> dict[str, Any]:
-    """The route config's values: what the audit fixes, then `--set KEY=VALUE`, then the student's architecture
-    where the route has one (refused where it has none)."""
+    """The route config's values: what the audit fixes, then `--set KEY=VALUE`, then the student's architecture."""
     from dpdistill.methods.config import parse_assignments
 
-    values = {**given, **parse_assignments(list(config.settings), kind)}
-    if config.student_arch is not None:
-        if "student_arch" not in kind.__dataclass_fields__:
-            raise ConfigError(f"the {config.method} route sets its own student: drop --student-arch")
-        values["student_arch"] = config.student_arch
-    return values
+    return {**given, **parse_assignments(list(config.settings), kind), **_student(config, kind)}
 
 
 def _epochs(config: "AuditConfig") -> dict[str, int]:
@@ -108,16 +111,12 @@ def _build_dpsgd(config: "AuditConfig", data: str) -> Any:
 
 def _synthesis(method: str) -> Callable[["AuditConfig", str], Any]:
     def build(config: "AuditConfig", data: str) -> Any:
-        from dpdistill.methods.config import parse_assignments
         from dpdistill.methods.registry import synthesis_method
 
         chosen = synthesis_method(method)
-        if config.student_arch is not None and "student_arch" not in chosen.config_type.__dataclass_fields__:
-            raise ConfigError(f"the {method} route sets its own student: drop --student-arch")
-        arch = {} if config.student_arch is None else {"student_arch": config.student_arch}
         return chosen.build_config(config.preset, {
             "dataset": data, "epsilon": config.epsilon, "delta": config.delta, "seed": config.seed,
-            "device": config.device, **parse_assignments(list(config.settings), chosen.config_type), **arch})
+            "device": config.device, **_settings(config, chosen.config_type)})
     return build
 
 
@@ -140,11 +139,10 @@ def _build_dgd(config: "AuditConfig", data: str) -> Any:
 
 def _transcription(method: str, mode: str) -> Callable[["AuditConfig", str], Any]:
     def build(config: "AuditConfig", data: str) -> Any:
-        from dpdistill.methods.config import build_config, parse_assignments
+        from dpdistill.methods.config import TranscriptionConfig, build_config
 
-        arch = {} if config.student_arch is None else {"student_arch": config.student_arch}
         return build_config(config.preset, {"method": method, "seed": config.seed, "device": config.device,
-                                             **arch, **parse_assignments(list(config.settings))},
+                                             **_settings(config, TranscriptionConfig)},
                             {"mode": mode, "epsilon": config.epsilon, "delta": config.delta})
     return build
 
