@@ -37,7 +37,8 @@ from dpdistill.errors import PrivacyParameterError
 GAUSSIAN_TERMS = 4  # normals summed per Gaussian draw (their sum is halved: variance unchanged)
 SIGMA_RESOLUTION = 10**6  # discrete Gaussian: sigma is rounded up to a multiple of 1 / SIGMA_RESOLUTION
 SECURE_DESCRIPTION = ("secure: os.urandom (the operating system's cryptographic generator); Gaussian noise as the "
-                      "halved sum of four Box-Muller normals, vote counts with an exact discrete Gaussian")
+                      "halved sum of four Box-Muller normals, integer noise (vote counts, aggregation shares) from "
+                      "exact discrete Gaussian or Laplace samplers")
 REPRODUCIBLE_DESCRIPTION = "reproducible from the seed (debugging only): NO guarantee, the noise is reproducible"
 
 
