@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
@@ -73,10 +72,20 @@ def _storable(images: Tensor) -> np.ndarray:
 
 
 @torch.inference_mode()
+def label_log_probabilities(model: nn.Module, images: Tensor, labels: Tensor, device: str = "cpu"
+                            ) -> tuple[Tensor, Tensor]:
+    """log p of each example's label under `model`, and the log of the other classes' total probability (both
+    from the logits: stable where p is near 0 or 1)."""
+    model = model.to(device).eval()
+    own, others = [], []
+    for batch, targets in zip(images.split(512), labels.split(512)):
+        log_p = model(batch.to(device)).log_softmax(-1).cpu()
+        own.append(log_p.gather(1, targets[:, None]).squeeze(1))
+        others.append(log_p.scatter(1, targets[:, None], -torch.inf).logsumexp(1))
+    return torch.cat(own).double(), torch.cat(others).double()
+
+
 def loss_scores(model: nn.Module, images: Tensor, labels: Tensor, device: str = "cpu") -> np.ndarray:
     """Minus each example's cross-entropy under the released model: higher where the model fits the label (a
     canary's wrong one; a member's true one)."""
-    model = model.to(device).eval()
-    losses = [F.cross_entropy(model(batch.to(device)), targets.to(device), reduction="none").cpu()
-              for batch, targets in zip(images.split(512), labels.split(512))]
-    return (-torch.cat(losses)).numpy().astype(np.float64)
+    return label_log_probabilities(model, images, labels, device)[0].numpy()

@@ -16,24 +16,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dpdistill.audit.canaries import Canaries
+from dpdistill.audit.canaries import Canaries, label_log_probabilities
 from dpdistill.data.base import ImageDataset
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 STD_FLOOR = 1e-3  # a canary every shadow scores alike must not divide by zero
 
 
-@torch.inference_mode()
 def logit_confidence(model: nn.Module, images: Tensor, labels: Tensor, device: str = "cpu") -> np.ndarray:
-    """log p / (1 - p) of each label, computed from the logits (stable where p is near 0 or 1)."""
-    model = model.to(device).eval()
-    values = []
-    for batch, targets in zip(images.split(512), labels.split(512)):
-        logits = model(batch.to(device)).log_softmax(-1).cpu()
-        own = logits.gather(1, targets[:, None]).squeeze(1)
-        others = logits.scatter(1, targets[:, None], -torch.inf).logsumexp(1)
-        values.append(own - others)
-    return torch.cat(values).double().numpy()
+    """log p / (1 - p) of each label."""
+    own, others = label_log_probabilities(model, images, labels, device)
+    return (own - others).numpy()
 
 
 def offline_lira(target: np.ndarray, shadows: np.ndarray) -> np.ndarray:

@@ -25,16 +25,22 @@ ENSEMBLE_DEFAULT = 250  # members of a teacher route's ensemble: DGD's n, the sc
 TEACHER_DIR, ENSEMBLE_DIR = "teacher", "teachers"
 
 
-class PrivateModels:
-    """The non-private models a teacher route starts from, trained on the audited data when first asked for, in
-    the audit's private folder (they are what the route protects: never released)."""
+def private_model_dir(data: str, name: str) -> Path:
+    """Where an audit keeps the non-private model `name` a teacher route starts from: beside the audited data,
+    in the audit's private folder."""
+    return Path(data).parent / name
 
-    def __init__(self, config: "AuditConfig", data: str, root: Path, progress: Progress | None) -> None:
-        self.config, self.data, self.root, self.progress = config, data, root, progress
+
+class PrivateModels:
+    """The non-private models a teacher route starts from, trained on the audited data `data` when first asked
+    for, beside it in the audit's private folder (they are what the route protects: never released)."""
+
+    def __init__(self, config: "AuditConfig", data: str, progress: Progress | None) -> None:
+        self.config, self.data, self.progress = config, data, progress
 
     def teacher(self) -> Path:
         """One teacher on all the audited data (`--teacher-arch`)."""
-        out = self.root / TEACHER_DIR
+        out = private_model_dir(self.data, TEACHER_DIR)
         if not out.is_dir():
             pipeline.train_teacher(self.data, out, TeacherConfig(arch=self.config.teacher_arch, seed=self.config.seed,
                                                                  device=self.config.device), self.progress)
@@ -42,7 +48,7 @@ class PrivateModels:
 
     def ensemble(self) -> Path:
         """`config.teachers` linear heads on scattering features, one per keyed partition."""
-        out = self.root / ENSEMBLE_DIR
+        out = private_model_dir(self.data, ENSEMBLE_DIR)
         if not out.is_dir():
             heads = TeacherConfig(init="scatter", heads_only=True, lr=0.01, weight_decay=0.01, seed=self.config.seed,
                                   device=self.config.device)
@@ -132,7 +138,7 @@ def _build_dgd(config: "AuditConfig", data: str) -> Any:
 
     if config.student_arch is not None:
         raise ConfigError("set DGD's student with --set student_arch=NAME")
-    baseline = str(Path(data).parent / TEACHER_DIR)  # PrivateModels.teacher, trained before the generator reads it
+    baseline = str(private_model_dir(data, TEACHER_DIR))  # PrivateModels.teacher, trained before the generator reads it
     return build_dgd_config(config.epsilon, baseline, None, parse_dgd_assignments(list(config.settings)),
                             delta=config.delta, dataset=data, seed=config.seed, device=config.device)
 

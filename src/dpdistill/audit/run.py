@@ -122,18 +122,17 @@ def synthetic_scores(route_dir: Path, canaries: Canaries) -> np.ndarray | None:
     return scores.clamp_min(-1e6).numpy()
 
 
-def score_canaries(route_dir: Path, canaries: Canaries, dataset: ImageDataset, config: AuditConfig,
-                   progress: Callable[[dict], None] | None) -> dict[str, np.ndarray]:
+def score_canaries(route_dir: Path, model: nn.Module, arch: str, canaries: Canaries, dataset: ImageDataset,
+                   config: AuditConfig, progress: Callable[[dict], None] | None) -> dict[str, np.ndarray]:
     """Every score the release affords: the student's fit to each wrong label; the synthetic set's nearness where
-    there is one; with shadows, offline LiRA on the student (shadows of the student's architecture)."""
-    model, meta, _ = load_saved(route_dir)
+    there is one; with shadows, offline LiRA on the student (shadows of its architecture `arch`)."""
     scores = {"student": loss_scores(model, canaries.images, canaries.labels, config.device)}
     samples = synthetic_scores(route_dir, canaries)
     if samples is not None:
         scores["samples"] = samples
     if config.shadows:
         epochs = {} if config.epochs is None else {"epochs": config.epochs}
-        shadow = TeacherConfig(arch=meta["arch"], seed=config.seed, device=config.device, **epochs)
+        shadow = TeacherConfig(arch=arch, seed=config.seed, device=config.device, **epochs)
         scores["lira"] = offline_lira(logit_confidence(model, canaries.images, canaries.labels, config.device),
                                       shadow_confidences(dataset, canaries, shadow, config.shadows, progress))
     return scores
@@ -187,15 +186,16 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], Non
         if white_box is None:
             write_audited_data(dataset, canaries, data)
         with gradient_canaries(white_box):
-            route_report = config.route.run(built, PrivateModels(config, str(data), data.parent, progress),
-                                            out_dir / ROUTE_DIR, progress)
-        model = load_saved(out_dir / ROUTE_DIR)[0]
+            route_report = config.route.run(built, PrivateModels(config, str(data), progress), out_dir / ROUTE_DIR,
+                                            progress)
+        model, meta, _ = load_saved(out_dir / ROUTE_DIR)
         scores = ({"gradient": white_box.observed.numpy()} if white_box is not None else
-                  score_canaries(out_dir / ROUTE_DIR, canaries, dataset, config, progress))
+                  score_canaries(out_dir / ROUTE_DIR, model, meta["arch"], canaries, dataset, config, progress))
         included = canaries.included.numpy()
         scorer, result, results = audit_scores(scores, included, config)
         claimed = claim(route_report, config.route)
         report = {"method": "audit", "dataset": config.dataset, "route": config.method,
+                  "route_summary": config.route.summary,
                   "audit": {**result.to_dict(), "delta": config.delta, "scorer": scorer,
                             "canary": f"{CANARY[config.white_box]}, scored by {SCORERS[scorer]}"},
                   "scorers": {name: {**value.to_dict(), "score": SCORERS[name]} for name, value in results.items()},

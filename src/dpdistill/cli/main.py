@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import signal
 import sys
 from enum import Enum
@@ -667,6 +666,7 @@ def audit_command(
 ) -> None:
     """Audit a route: an epsilon lower bound from canaries."""
     from dpdistill.audit.run import AuditConfig, run_audit
+    from dpdistill.reporting.report import audit_claim
 
     config = AuditConfig(dataset=dataset, method=method, canaries=canaries, epsilon=epsilon, delta=delta,
                          student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,
@@ -675,12 +675,10 @@ def audit_command(
     bar, update = _progress_bar(None, f"audit {method}")
     with bar:
         report = run_audit(config, out, update, overwrite)
-    result, privacy = report["audit"], report["privacy"]
-    claim = (f"the claimed {privacy['epsilon']:.4g}" if privacy["formal_guarantee"] else
-             "no privacy" if math.isinf(privacy["epsilon"]) else f"{privacy['epsilon']:.4g} (NO formal guarantee)")
+    result = report["audit"]
     console.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
                   f"({result['right']} of {result['guesses_in'] + result['guesses_out']} guesses right, "
-                  f"{result['canaries']} canaries) against {claim}"
+                  f"{result['canaries']} canaries) against {audit_claim(report['privacy'])}"
                   f"{': REFUTED' if report['refuted'] else ''} -> {out}")
 
 

@@ -388,10 +388,10 @@ class PATE(Method):
     command = "pate"
     paper = "Papernot et al., Semi-supervised Knowledge Transfer (ICLR 2017) and Scalable Private Learning (ICLR 2018)"
 
+    config_type: Any = PateConfig  # what config.json keeps under the method's name (DGD: its own)
+
     def plan(self, source: Source, config: PateConfig, out_dir: Path, progress: Progress | None) -> "PateJob":
         return PateJob(source.teacher, config, release_state(out_dir), progress)
-
-    config_type: Any = PateConfig  # what config.json keeps under the method's name (DGD: its own)
 
     def config_record(self, source: Source, config: Any) -> dict[str, Any]:
         return {"teacher": str(source.teacher), self.name: config.to_dict()}

@@ -107,15 +107,23 @@ def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, s
     plt.close(figure)
 
 
+def audit_claim(privacy: dict[str, Any]) -> str:
+    """What an audited route claims, in words: a guarantee, nothing, or an accounted epsilon that is none."""
+    if privacy["formal_guarantee"]:
+        return f"the claimed epsilon {_number(privacy['epsilon'])}"
+    if math.isinf(privacy["epsilon"]):
+        return "no claim (the route runs without privacy)"
+    return f"the epsilon its accounting states, {_number(privacy['epsilon'])}, which is NO formal guarantee"
+
+
 def audit_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of an audit: the bound beside the claim, how it was reached."""
     result, privacy = report["audit"], report["privacy"]
-    claim = (f"the claimed epsilon {_number(privacy['epsilon'])}" if privacy["formal_guarantee"] else
-             "no claim (the route runs without privacy)" if math.isinf(privacy["epsilon"]) else
-             f"the epsilon its accounting states, {_number(privacy['epsilon'])}, which is NO formal guarantee")
+    claim = audit_claim(privacy)
     verdict = ("**REFUTED**: the release reveals more than that epsilon allows" if report["refuted"] else
                "not refuted (a one-run audit cannot confirm a guarantee, only refute one)")
     lines = [f"# dpdistill audit: {report['route']} on {report['dataset']}", "",
+             f"Audited route: {report['route_summary']}.", "",
              f"Empirical epsilon lower bound {_number(result['epsilon_lower_bound'])} at "
              f"{100 * result['confidence']:g}% confidence (delta {result['delta']:g}), against {claim}: "
              f"{verdict}.", "",
