@@ -863,7 +863,7 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
                   f"attack in [{os.path.basename(full)}]({full}#audits).", "",
                   "| row | claimed eps | lower bound (95%) | scored by | AUC |", "| --- | --- | --- | --- | --- |"]
         lines += [f"| `{row['run']}` | {_epsilon(row)} | {row['audit']['epsilon_lower_bound']:.2f} | "
-                  f"{row['audit'].get('scorer', 'student')} | {row['audit']['auc']:.3f} |" for row in audits]
+                  f"{row['audit']['scorer']} | {row['audit']['auc']:.3f} |" for row in audits]
     shown = [name.format(d=dataset) for dataset in datasets for _, _, names in ROUTES for name in names]
     accounted = [name for name in shown if name in relation and name in by_name and name.endswith("-fmnist")]
     lines += ["", "### One relation for every figure", "",
@@ -926,8 +926,8 @@ def audit_table(rows: list[dict]) -> list[str]:
              "inversion | student % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in audits:
         audit = row["audit"]
-        each = ", ".join(f"{name} {value['epsilon_lower_bound']:.2f}" for name, value in (row.get("scorers") or {}).items())
-        lines.append(f"| `{row['run']}` | {_epsilon(row)} | {audit['epsilon_lower_bound']:.2f} | {each or '—'} | "
+        each = ", ".join(f"{name} {value['epsilon_lower_bound']:.2f}" for name, value in row["scorers"].items())
+        lines.append(f"| `{row['run']}` | {_epsilon(row)} | {audit['epsilon_lower_bound']:.2f} | {each} | "
                      f"{audit['right']} / {audit['guesses_in'] + audit['guesses_out']} | {audit['auc']:.3f} | "
                      f"{100 * audit['tpr_at_1pct_fpr']:.1f}% | {_inversion(row)} | {_accuracy_text(row)} |")
     return lines
