@@ -24,6 +24,20 @@ def digits_teacher(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def digits_dp_teacher(tmp_path_factory) -> Path:
+    """A DP-SGD scatter-linear student on digits at epsilon 2 (a few seconds): a DP release, so a teacher that costs
+    nothing to transcribe. Copy it before a run that writes into its ledger."""
+    from dpdistill.pipeline import train_private
+    from dpdistill.training.private import PrivateTrainingConfig
+
+    directory = tmp_path_factory.mktemp("dp-teacher")
+    report = train_private(PrivateTrainingConfig(dataset="digits", epsilon=2.0, student_arch="scatter-linear",
+                                                 epochs=10), directory)
+    assert report["accuracy"]["student"] > 0.8
+    return directory
+
+
+@pytest.fixture(scope="session")
 def digits_ensemble(tmp_path_factory) -> Path:
     """Four cnn teachers on disjoint IID quarters of the digits training split (a few seconds)."""
     from dpdistill.pipeline import train_teacher_ensemble

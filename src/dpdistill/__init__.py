@@ -7,8 +7,9 @@ __version__ = "0.1.0"
 from dpdistill import methods  # noqa: E402  callable: dpdistill.methods() lists every method (methods/__init__.py)
 
 # The Python API (dpdistill/api.py), imported on first use: `import dpdistill` and the command line stay light.
-_API = ("ModelResult", "Result", "StudentResult", "SyntheticResult", "audit", "dgd", "evaluate", "federated", "import_teacher",
-        "load_model", "pate", "pretrain", "synthesize", "train_private", "train_teacher", "transcribe")
+_API = ("ModelResult", "ReleaseResult", "Result", "StudentResult", "SyntheticResult", "audit", "dgd", "evaluate",
+        "federated", "import_teacher", "load_model", "pate", "pretrain", "release", "synthesize", "train_private",
+        "train_teacher", "transcribe")
 
 __all__ = ["__version__", "methods", *_API]
 

@@ -20,10 +20,12 @@ from torch import nn
 from dpdistill import pipeline
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
-from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier, load_conditional_generator
+from dpdistill.methods.release import STUDENT_ARCH, SYNTHETIC_SIZE, TEACHER_ARCH
+from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier, load_conditional_generator, load_generator
 from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
 from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
+from dpdistill.privacy.provenance import ADD_REMOVE, Provenance
 
 Progress = Callable[[dict], None]
 
@@ -81,13 +83,16 @@ def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichl
 
 def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | Path, *,
                    input_range: Sequence[float] = DPDISTILL_RANGE, mean: Sequence[float] | None = None,
-                   std: Sequence[float] | None = None, overwrite: bool = False) -> ModelResult:
+                   std: Sequence[float] | None = None, overwrite: bool = False, dp_epsilon: float | None = None,
+                   dp_delta: float = DEFAULT_DELTA, dp_relation: str = ADD_REMOVE) -> ModelResult:
     """`dpdistill import-teacher`: the network `factory` builds (`file.py:callable` or `module:callable`) with the
     safetensors `weights`, as a teacher in `out`; `input_range`, `mean` and `std` describe the inputs it was
-    trained on (mean and std: one value, or one per channel)."""
+    trained on (mean and std: one value, or one per channel). `dp_epsilon` (with `dp_delta`, `dp_relation`): the
+    DP guarantee its owner declares it was trained under; reported as that claim, not verified."""
     out = Path(out)
     transform = input_transform_spec(input_range, mean, std)
-    report = pipeline.import_teacher(factory, Path(weights), dataset, out, transform, overwrite)
+    declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
+    report = pipeline.import_teacher(factory, Path(weights), dataset, out, transform, overwrite, declared)
     return ModelResult(out, report, load_model(out))
 
 
@@ -112,12 +117,14 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
     `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...);
     `sample_source`: a `synthesize` directory whose images are asked about instead of generated ones."""
     from dpdistill.methods.config import build_config
+    from dpdistill.methods.teachers import teacher_provenance
 
     out = Path(out)
     options["sample_source"] = None if sample_source is None else str(sample_source)
     privacy_options = {"mode": privacy, "epsilon": epsilon, "delta": delta, "accounting": accounting,
                        "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
-    config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None})
+    config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None},
+                          dp_teacher=teacher_provenance(Path(teacher)) is not None)
     report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
@@ -184,6 +191,35 @@ def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwr
     config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
     report = pipeline.train_private(config, out, resume, progress, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
+
+
+@dataclass(frozen=True)
+class ReleaseResult(StudentResult):
+    """A release: the student, the generator it was transcribed with (`generator(latents)`, latents standard normal
+    of its `latent_dim`), the DP teacher (in `out / "teacher"`), and the synthetic set `out / "synthetic.npz"`."""
+
+    generator: nn.Module
+    teacher: nn.Module
+
+
+def release(dataset: str, out: str | Path, *, epsilon: float, delta: float = DEFAULT_DELTA,
+            relation: str = ADD_REMOVE, student_arch: str = STUDENT_ARCH, synthetic_size: int = SYNTHETIC_SIZE,
+            teacher_arch: str = TEACHER_ARCH, preset: str | None = None, seed: int = 0, device: str = "cpu",
+            teacher_options: dict[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
+            progress: Progress | None = None, **options: Any) -> ReleaseResult:
+    """`dpdistill release`: a DP-SGD teacher on `dataset` at (`epsilon`, `delta`) under `relation`, transcribed at no
+    further cost into a `student_arch` student, a generator and `synthetic_size` synthetic images.
+    `teacher_options` are PrivateTrainingConfig's fields (epochs, batch_size, lr, ...), `options`
+    TranscriptionConfig's (iterations, student_steps, ...) over the `preset` (default dp-teacher); with `resume`,
+    the run's saved settings instead."""
+    from dpdistill.methods.release import TEACHER_DIR, build_release_config
+
+    out = Path(out)
+    config = None if resume else build_release_config(dataset, epsilon, delta, relation, teacher_arch, student_arch,
+                                                      synthetic_size, preset, seed, device, teacher_options, options)
+    report = pipeline.release(config, out, resume, progress, overwrite)
+    return ReleaseResult(out, report, load_model(out, STUDENT), load_generator(out)[0],
+                         load_model(out / TEACHER_DIR, STUDENT))
 
 
 @dataclass(frozen=True)

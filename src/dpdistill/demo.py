@@ -11,6 +11,9 @@ Three rows at one sound epsilon, every figure from the pipeline's own reports:
    and at a sound epsilon of 3 that is a fraction of a bit, far below the log2(classes!) bits it takes only to
    tell which class is which (BENCHMARKS.md, the capacity bound).
 3. The teacher itself, no guarantee: the most DPSD's student could learn from it.
+4. Row 1's DP-SGD student, itself a DP release, transcribed into a cnn student, a generator and a small synthetic
+   set: post-processing, so the same epsilon as row 1 and nothing more spent (`dpdistill release` in short: a few
+   dozen iterations here, the full run in BENCHMARKS.md).
 
 The demo writes only under --out, into the run folders it names in `demo.json`; a second demo into the same
 --out removes those folders first, and it refuses to start over folders of those names it did not write.
@@ -41,7 +44,7 @@ DEMO_EPSILON = 3.0
 DEMO_DELTA = 1e-5
 RELATION = "replace-one"  # the transcription's relation: DP-SGD's epsilon then means the same as DPSD's
 SUMMARY = "demo.json"  # the demo's own record of its run folders and of the table
-RUNS = ("dpsgd", "teacher", "dpsd")  # the folders a demo writes under --out
+RUNS = ("dpsgd", "teacher", "dpsd", "release")  # the folders a demo writes under --out
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class DemoScale:
     dpsgd: dict[str, Any]  # overrides of scatter-linear's DP-SGD defaults
     teacher: dict[str, Any]  # TeacherConfig's settings of the cnn teacher
     dpsd: dict[str, Any]  # overrides of the `demo` transcription preset
+    transcribed: dict[str, Any]  # overrides of the `dp-teacher` preset for the DP-SGD student's transcription
     report_every: int  # print every n-th DPSD iteration
 
 
@@ -61,11 +65,15 @@ SCALES = {
     # overall noise multiplier m)
     "fmnist": DemoScale(dpsgd={"epochs": 15}, teacher={"epochs": 1},
                         dpsd={"iterations": 30, "batch_size": 64, "eval_every": 30, "checkpoint_every": 30},
+                        transcribed={"iterations": 40, "eval_every": 10, "checkpoint_every": 40,
+                                     "synthetic_size": 2000, "synthetic_epochs": 3},
                         report_every=10),
     # digits' 1,437 training images: a batch and a step scaled to them (the scattering test's settings)
     "digits": DemoScale(dpsgd={"epochs": 5, "batch_size": 256, "lr": 2.0},
                         teacher={"epochs": 5, "batch_size": 64, "min_steps": 0},
                         dpsd={"iterations": 20, "batch_size": 32, "eval_every": 10, "checkpoint_every": 10},
+                        transcribed={"iterations": 10, "batch_size": 32, "replay_size": 1024, "eval_every": 10,
+                                     "checkpoint_every": 10, "synthetic_size": 200, "synthetic_epochs": 1},
                         report_every=10),
 }
 
@@ -75,19 +83,25 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     scale = SCALES[dataset]
     started = time.perf_counter()
     _start_afresh(out)
-    console.print(f"[bold]1/3[/] DP-SGD on scattering features of {dataset} at epsilon {DEMO_EPSILON:g} (the "
+    console.print(f"[bold]1/4[/] DP-SGD on scattering features of {dataset} at epsilon {DEMO_EPSILON:g} (the "
                   f"transform is computed once, then kept on disk)")
     private = train_private(PrivateTrainingConfig(dataset=dataset, student_arch="scatter-linear", epsilon=DEMO_EPSILON,
                                                   delta=DEMO_DELTA, relation=RELATION, **scale.dpsgd),
                             out / "dpsgd", progress=_every(console, "epoch", 5, "test_accuracy"))
     _done(console, started)
-    console.print(f"[bold]2/3[/] a non-private cnn teacher on {dataset}")
+    console.print(f"[bold]2/4[/] a non-private cnn teacher on {dataset}")
     teacher = train_teacher(dataset, out / "teacher", TeacherConfig(arch="cnn", **scale.teacher))
     _done(console, started)
-    console.print(f"[bold]3/3[/] DPSD, data mode, from that teacher at epsilon {DEMO_EPSILON:g}")
+    console.print(f"[bold]3/4[/] DPSD, data mode, from that teacher at epsilon {DEMO_EPSILON:g}")
     config = build_config("demo", scale.dpsd, {"mode": "data", "epsilon": DEMO_EPSILON, "delta": DEMO_DELTA})
     dpsd = transcribe(out / "teacher", config, out / "dpsd", dataset,
                       progress=_every(console, "iteration", scale.report_every, "student_accuracy"))
+    _done(console, started)
+    console.print(f"[bold]4/4[/] row 1's DP-SGD student transcribed into a cnn student, a generator and synthetic "
+                  f"images: post-processing of a DP release, nothing more spent (a short run)")
+    config = build_config(None, {"student_arch": "cnn", **scale.transcribed}, {"mode": "none"}, dp_teacher=True)
+    transcribed = transcribe(out / "dpsgd", config, out / "release", dataset,
+                             progress=_every(console, "iteration", scale.report_every, "student_accuracy"))
     _done(console, started)
     rows = [
         {"route": "DP-SGD, scatter-linear", "uses": "private images, scattering features",
@@ -100,6 +114,9 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
         {"route": "teacher, NOT private", "uses": "private images, no noise",
          "accuracy": teacher["accuracy"]["teacher"], "epsilon": math.inf, "paper_epsilon": None, "covered": False,
          "report": "teacher/report.json"},
+        {"route": f"row 1 -> cnn, {config.iterations} its", "uses": "row 1's student, no data",
+         "accuracy": transcribed["accuracy"]["student"], "epsilon": transcribed["privacy"]["epsilon"],
+         "paper_epsilon": None, "covered": is_covered(transcribed["privacy"]), "report": "release/report.md"},
     ]
     wall_seconds = time.perf_counter() - started
     write_json(out / SUMMARY, {"runs": list(RUNS), "dataset": dataset, "rows": rows, "wall_seconds": wall_seconds})
@@ -126,12 +143,16 @@ def _print_table(rows: list[dict[str, Any]], title: str, bits: float, classes: i
                       "yes" if row["covered"] else "no", row["report"])
     output = Console()
     output.print(table)
-    best, dpsd = rows[0], rows[1]
+    best, dpsd, transcribed = rows[0], rows[1], rows[3]
     output.print(f"Sound epsilon: dp-accounting's, for replacing one private example, at delta {DEMO_DELTA:g}. *The "
                  f"DPSD paper's formula for the same run: NOT a guarantee.\n", highlight=False)
     output.print(f"Use DP-SGD on scattering features (`dpdistill train-private --student-arch scatter-linear`): "
                  f"{100 * best['accuracy']:.1f}% at a sound epsilon of {best['epsilon']:.3g}, every update covered, "
                  f"no public data needed.", highlight=False)
+    output.print(f"Its student is itself a DP release: transcribed for free ({100 * transcribed['accuracy']:.1f}% "
+                 f"after this short run) into a cnn student, a generator and synthetic images under the same "
+                 f"epsilon (`dpdistill release` does both steps; full-length figures in BENCHMARKS.md).",
+                 highlight=False)
     output.print(f"The single-teacher DPSD student is near chance ({100 * dpsd['accuracy']:.1f}%) because of the "
                  f"capacity bound: at this noise all its answers together carry at most {bits:.2g} bits about the "
                  f"teacher, far below the log2({classes}!) = {math.lgamma(classes + 1) / math.log(2):.1f} bits it "

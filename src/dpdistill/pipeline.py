@@ -34,6 +34,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
                                        member_directory, plurality_counts, read_partition_key, save_head_ensemble,
                                        write_ensemble_description, write_partition_key)
 from dpdistill.privacy.ledger import coverage as privacy_coverage
+from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.reporting.report import write_json
 from dpdistill.runs import (ENSEMBLE_STATE, Progress, check_out_dir, claim_out_dir, exclusive, execute,
                             saved_config)
@@ -42,13 +43,14 @@ from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder
 if TYPE_CHECKING:
     from dpdistill.methods.dgd import DgdConfig
     from dpdistill.methods.pate import PateConfig
+    from dpdistill.methods.release import ReleaseConfig
     from dpdistill.training.datalens import DataLensConfig
     from dpdistill.training.mean_embedding import MeanEmbeddingConfig
     from dpdistill.training.private import PrivateTrainingConfig
     from dpdistill.training.self_supervised import ContrastiveConfig
 
-__all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "dgd", "train_private", "evaluate",
-           "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage", "import_teacher"]
+__all__ = ["train_teacher", "pretrain", "train_teacher_ensemble", "transcribe", "pate", "dgd", "train_private",
+           "release", "evaluate", "interrupted_pate", "interrupted_ensemble", "check_out_dir", "coverage", "import_teacher"]
 
 ENSEMBLE_PLAN = "ensemble-plan.json"
 NEAR_CHANCE = 2  # an imported teacher below this many times chance accuracy is warned about
@@ -352,6 +354,16 @@ def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: P
     return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
+def release(config: "ReleaseConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,
+            overwrite: bool = False) -> dict[str, Any]:
+    """A DP teacher trained on the private data, transcribed for no further budget (methods/release.py): the
+    student, generator and synthetic set in `out_dir`, the teacher in `out_dir/teacher`. With `resume`, the run
+    saved in `out_dir` continues (its teacher's run, then its transcription) with its saved settings."""
+    from dpdistill.methods.registry import method_named
+
+    return execute(method_named("release"), Source(), config, out_dir, resume, overwrite, progress)
+
+
 def saved_synthesis_method(out_dir: Path) -> str:
     """The method of the `synthesize` run saved in `out_dir` (DataLens' settings name none)."""
     return _saved_method(out_dir, True, "datalens")
@@ -401,10 +413,12 @@ def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dic
 
 
 def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path,
-                   input_transform: dict[str, Any] | None = None, overwrite: bool = False) -> dict[str, Any]:
+                   input_transform: dict[str, Any] | None = None, overwrite: bool = False,
+                   declared: Provenance | None = None) -> dict[str, Any]:
     """Make a classifier trained outside dpdistill a teacher (models/imported.py): its weights, description and
     factory in `out_dir`, and report.json with its test accuracy, warned about when near chance (the usual sign
-    of inputs in another range or normalisation than the model was trained on).
+    of inputs in another range or normalisation than the model was trained on). `declared`: the DP guarantee its
+    owner declares it was trained under, kept as that claim (its transcriptions then cost nothing more).
 
     `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
     from the private model it held still count."""
@@ -417,6 +431,8 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
     arch, kept = keep_factory(factory, out_dir)
     meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
+    if declared is not None:
+        meta[PROVENANCE] = declared.to_json()
     save_model(out_dir, model, meta)
     teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory
     test_accuracy = accuracy(teacher, dataset.x_test, dataset.y_test)
@@ -428,7 +444,8 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
     report = {"dataset": dataset.describe(), "arch": arch, "factory": kept, "weights": meta["imported_from"],
               "input_transform": input_transform, "accuracy": {"teacher": test_accuracy}, "chance": chance,
               "warnings": warnings, "dpdistill_version": __version__,
-              "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
+              "privacy": {"guarantee": "none: this is the private model that dpdistill converts"} if declared is None
+              else {"guarantee": declared.statement(), "declared": declared.to_json()}}
     write_json(out_dir / "report.json", report)
     return report
 

@@ -23,6 +23,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.models.checkpoint import save_model
 from dpdistill.models.ensemble import ENSEMBLE_FILE, PARTITION_KEY_FILE
 from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, ReleaseLedger, coverage
+from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.reporting.report import PRIVATE_DIR, write_json, write_private_record, write_report
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ REPORT_FILE = "report.json"
 RUN_LOCK = ".lock"
 ENSEMBLE_STATE = "resume"  # an ensemble's resumable state, beside its members (its members are its outputs)
 # Every name a dpdistill run writes into its --out: --overwrite removes these and refuses anything else
-RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|scores\.png|inversion\.png|route|"
+RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|scores\.png|inversion\.png|route|teacher|"
                          r"(latents|answers)\.safetensors|synthetic\.npz|(model|student|generator|encoder|heads)\.(safetensors|json)|"
                          rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
                          r"member-\d{3,})(\.tmp)?")
@@ -176,8 +177,12 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         if ledger is not None:
             privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name,
                                                               outcome.release.with_reads(job.uncovered)))
+        # a covered run's models are DP releases: their provenance travels with them, so any of them can be a
+        # teacher transcribed at no further cost
+        provenance = Provenance.of_run(method.name, privacy, str(out_dir.resolve()))
         for name, (model, meta) in outcome.models.items():
-            save_model(out_dir, model, meta, name=name)
+            save_model(out_dir, model, meta if provenance is None else {**meta, PROVENANCE: provenance.to_json()},
+                       name=name)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
                   "seed": config.seed, "dpdistill_version": __version__}
         outcome.write_files(out_dir, report)

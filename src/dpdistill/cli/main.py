@@ -212,8 +212,9 @@ def transcribe_command(
     preset: Optional[str] = typer.Option(None, help="paper (seed settings), demo (small and fast), engine (the "
                                                     "strongest data-free loop: NO guarantee), upper-bound (engine, "
                                                     "600 iterations; default for --privacy none), pate (an "
-                                                    "ensemble answers every 25th iteration only); combine: "
-                                                    "paper,engine"),
+                                                    "ensemble answers every 25th iteration only), dp-teacher "
+                                                    "(the default for a teacher that is a DP release, without "
+                                                    "noise: free); combine: paper,engine"),
     accounting: AccountingOption = typer.Option(AccountingOption.sound,
                                                 help="sound (dp-accounting) or paper (reproduce the papers' tables)"),
     iterations: Optional[int] = typer.Option(None, help="T"),
@@ -243,6 +244,7 @@ def transcribe_command(
 ) -> None:
     """Convert a teacher into a private student and generator. Both are differentially private."""
     from dpdistill.methods.config import TranscriptionConfig, build_config, parse_assignments
+    from dpdistill.methods.teachers import teacher_provenance
     from dpdistill.pipeline import transcribe
 
     config = build_config(
@@ -255,6 +257,7 @@ def transcribe_command(
          "sample_source": None if sample_source is None else str(sample_source), **parse_assignments(set_)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
+        dp_teacher=not resume and teacher_provenance(teacher) is not None,
     )
     settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
     bar, update = _progress_bar(settings.iterations, f"{method} {privacy.value}")
@@ -266,21 +269,34 @@ def transcribe_command(
 def print_summary(report: dict, out: Path) -> None:
     """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
     the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
+    from dpdistill.privacy.provenance import Provenance
+    from dpdistill.reporting.report import privacy_mode_words
+
     privacy, accuracy = report["privacy"], report["accuracy"]
-    mode = [f"{report['privacy_mode']} privacy"] if "privacy_mode" in report else []
+    mode = [privacy_mode_words(report)] if "privacy_mode" in report else []
     table = Table(title=" / ".join([report["method"], *mode, str(report["dataset"])]))
     table.add_column("quantity")
     table.add_column("value")
     if accuracy["student"] is not None:
         table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
-    if privacy["mode"] == "none":
+    if accuracy.get("synthetic") is not None:
+        table.add_row(f"a {report['synthetic']['classifier']} trained on the synthetic set alone",
+                      f"{100 * accuracy['synthetic']:.2f}%")
+    if accuracy.get("teacher") is not None:  # a DP teacher's: public
+        table.add_row("the DP teacher's accuracy", f"{100 * accuracy['teacher']:.2f}%")
+    if privacy["mode"] == "none" and "teacher_release" not in privacy:
         table.add_row("privacy", "none")
     else:
         budget = f" (budget {privacy['budget_epsilon']:g})" if privacy.get("budget_epsilon") is not None else ""
         scope = privacy.get("epsilon_scope") or ("sound" + (f", {privacy['relation']}" if "relation" in privacy else ""))
         table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
-        if "relation" in privacy:
+        if privacy.get("epsilon_replace_one") is not None:
             table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
+        if "teacher_release" in privacy:
+            table.add_row("teacher (a DP release: this run is post-processing)",
+                          Provenance(**privacy["teacher_release"]).statement())
+            if "route_epsilon" in privacy:
+                table.add_row("epsilon of the noisy answers alone", f"{privacy['route_epsilon']:.4g}")
         if "sample_source" in privacy:  # the epsilon above is their composition
             table.add_row("epsilon: sample source / answers alone",
                           f"{privacy['sample_source']['epsilon']:.4g} / {privacy['route_epsilon']:.4g}")
@@ -301,6 +317,8 @@ def print_summary(report: dict, out: Path) -> None:
         total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
         table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
     table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
+    if "release_seconds" in report["timing"]:
+        table.add_row("wall time with the teacher's training", f"{report['timing']['release_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     Console().print(table)
     style = "bold red" if privacy.get("formal_guarantee") is False else ""
@@ -317,11 +335,12 @@ def budget_command(
 ) -> None:
     """Show what all releases from a teacher spent together. --set sets its total budget."""
     from dpdistill.errors import ConfigError
-    from dpdistill.models.ensemble import is_ensemble
+    from dpdistill.models.ensemble import holds_teacher
     from dpdistill.privacy.ledger import ReleaseLedger
 
-    if not ((teacher / "model.safetensors").exists() or is_ensemble(teacher)):
-        raise ConfigError(f"{teacher} holds no teacher (model.safetensors) or teacher ensemble (ensemble.json)")
+    if not holds_teacher(teacher):
+        raise ConfigError(f"{teacher} holds no teacher (model.safetensors), teacher ensemble (ensemble.json) or "
+                          f"released student (student.safetensors)")
     ledger = ReleaseLedger(teacher)
     state = ledger.read() if set_ is None else ledger.set_total(set_, delta)
     standing = ledger.standing(state)
@@ -379,17 +398,28 @@ def import_teacher_command(
     overwrite: bool = typer.Option(False, "--overwrite", show_default=False,
                                    help="replace the teacher in a non-empty --out (its release ledger stays: "
                                         "releases already made still count)"),
+    dp_epsilon: Optional[float] = typer.Option(None, help="the epsilon its owner declares the model was trained "
+                                                          "with under DP: its transcriptions then cost nothing more "
+                                                          "(reported as the owner's claim, NOT verified)"),
+    dp_delta: float = typer.Option(1e-5, help="with --dp-epsilon: the declared delta"),
+    dp_relation: str = typer.Option("add-remove", help="with --dp-epsilon: the neighbouring relation the declared "
+                                                       "epsilon is stated under, add-remove (Opacus') or replace-one"),
 ) -> None:
     """Make a PyTorch classifier trained elsewhere a teacher.
 
     Its factory file is kept with it; weights come from safetensors only."""
     from dpdistill.models.transform import parse_input_transform
     from dpdistill.pipeline import import_teacher
+    from dpdistill.privacy.provenance import Provenance
 
-    report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite)
+    declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
+    report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite,
+                            declared)
     console.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if "reference" in report["factory"]:
         console.print(f"note: {report['factory']['note']}", highlight=False)
+    if declared is not None:
+        console.print(f"declared: {declared.statement()}", highlight=False)
     for warning in report["warnings"]:
         console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
 
@@ -471,6 +501,54 @@ def train_private_command(
     bar, update = _progress_bar(settings.epochs if settings else None, f"{method} on {dataset}")
     with bar:
         report = train_private(config, out, resume, update, overwrite)
+    print_summary(report, out)
+
+
+@app.command("release")
+@clear_errors
+def release_command(
+    dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
+    out: Path = typer.Option(..., help="directory for the student, the generator, synthetic.npz and the report; the "
+                                       "DP teacher goes to OUT/teacher"),
+    epsilon: float = typer.Option(..., help="the whole release's budget: the DP teacher's (its transcription is "
+                                            "post-processing and costs nothing)"),
+    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
+    relation: str = typer.Option("add-remove", show_default=False,
+                                 help="the neighbouring relation of the budget: add-remove (Opacus', the default) "
+                                      "or replace-one (as the teacher routes; more noise)"),
+    student_arch: str = typer.Option("cnn", help="the student's architecture: any registered one, or "
+                                                 "module:callable"),
+    synthetic_size: int = typer.Option(60000, min=0, help="synthetic images to release, classes balanced (0: none)"),
+    teacher_arch: str = typer.Option("scatter-linear", help="the DP-SGD teacher's architecture"),
+    preset: Optional[str] = typer.Option(None, help="the transcription's engine settings [default: dp-teacher]"),
+    iterations: Optional[int] = typer.Option(None, help="the transcription's iterations [default: the preset's]"),
+    set_: list[str] = typer.Option([], "--set", help="any transcription knob, KEY=VALUE (repeatable)"),
+    teacher_set: list[str] = typer.Option([], "--teacher-set", help="any train-private knob of the teacher, "
+                                                                    "KEY=VALUE (repeatable), e.g. epochs=160"),
+    seed: int = SEED,
+    device: str = DEVICE,
+    resume: bool = typer.Option(False, help="continue the interrupted release in --out with its saved settings: "
+                                            "its teacher's run, then its transcription"),
+    overwrite: bool = OVERWRITE,
+) -> None:
+    """Train a DP teacher and transcribe it for free.
+
+    From the private data, one release under one epsilon: a DP-SGD teacher, transcribed at no further budget into a
+    student of any architecture, a generator and a synthetic set."""
+    from dpdistill.methods.config import parse_assignments
+    from dpdistill.methods.release import ReleaseConfig, build_release_config
+    from dpdistill.pipeline import release
+    from dpdistill.training.private import PrivateTrainingConfig
+
+    config = None if resume else build_release_config(
+        dataset, epsilon, delta, relation, teacher_arch, student_arch, synthetic_size, preset, seed, device,
+        parse_assignments(teacher_set, PrivateTrainingConfig),
+        {**parse_assignments(set_), **({} if iterations is None else {"iterations": iterations})})
+    settings = _saved_config(out, ReleaseConfig) if resume else config
+    bar, update = _progress_bar(None if settings is None else settings.transcription.iterations,
+                                f"release on {dataset}")
+    with bar:
+        report = release(config, out, resume, update, overwrite)
     print_summary(report, out)
 
 

@@ -32,6 +32,14 @@ def activation_loss(features: Tensor, norm: int = 2) -> Tensor:
     return -features.norm(p=norm, dim=1).mean()
 
 
+def total_variation(images: Tensor) -> Tensor:
+    """Mean absolute difference between neighbouring pixels: small for smooth images, a prior on natural images
+    that needs no data (DeepInversion's image prior); the generator's only one where the discriminator has no
+    BatchNorm statistics to match."""
+    return ((images[..., 1:, :] - images[..., :-1, :]).abs().mean()
+            + (images[..., :, 1:] - images[..., :, :-1]).abs().mean())
+
+
 def data_free_terms(logits: Tensor, features: Tensor, one_hot_weight: float, entropy_weight: float,
                     activation_weight: float, activation_norm: int = 2) -> dict[str, Tensor]:
     """DAFL's weighted terms for a generator whose images a fixed classifier sees as `features` and `logits`."""

@@ -42,7 +42,7 @@ from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
-from dpdistill.losses.generator import BatchNormStatistics, data_free_terms
+from dpdistill.losses.generator import BatchNormStatistics, data_free_terms, total_variation
 from dpdistill.training.annotation import (
     Annotator,
     CandidateSet,
@@ -312,6 +312,8 @@ class TranscriptionEngine:
         view = teacher_view if teacher_view is not None else self._discriminate(self.student, images)
         student_logits = view.logits if teacher_view is None else self.student(images)
         terms = self._discriminator_terms(view)
+        if config.smoothness_weight > 0:
+            terms["smoothness"] = config.smoothness_weight * total_variation(images)
         if targets is not None:
             terms["student"] = config.generator_student_weight * self._fit_to_targets(student_logits, targets)
         if config.adversarial_weight > 0:

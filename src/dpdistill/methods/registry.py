@@ -14,12 +14,14 @@ from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.federated import Federated
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
+from dpdistill.methods.release import PrivateRelease
 from dpdistill.methods.srr import SRR
 from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD())}
+                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD(),
+                                                                  PrivateRelease())}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:

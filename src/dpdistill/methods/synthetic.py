@@ -23,6 +23,7 @@ from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 SYNTHETIC_FILE = "synthetic.npz"
 GRID_PER_CLASS = 10
+EVALUATION_LR, EVALUATION_BATCH = 1e-3, 128  # DataLens' evaluation classifier: Adam's learning rate, batch size
 
 
 class SynthesisMethod(Method):
@@ -69,6 +70,31 @@ def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, me
                             "per_class": torch.bincount(labels, minlength=dataset.num_classes).tolist()},
               "student_history": trained["history"]}
     return student, report, time.perf_counter() - started
+
+
+@torch.no_grad()
+def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], Tensor], size: int, num_classes: int,
+                  batch: int = 1024, max_batches: int = 200) -> tuple[Tensor, Tensor]:
+    """`size` images from `generate(n)`, each class given its share (size / classes, the first classes one more
+    where it does not divide) of the draws `label` assigns to it. A class the generator rarely draws may end short
+    after `max_batches` batches: the counts say so."""
+    shares = [size // num_classes + (label_index < size % num_classes) for label_index in range(num_classes)]
+    kept: list[list[Tensor]] = [[] for _ in range(num_classes)]
+    counts = [0] * num_classes
+    for _ in range(max_batches):
+        if counts == shares:
+            break
+        images = generate(batch).cpu()
+        labels = label(images)
+        for class_index in range(num_classes):
+            missing = shares[class_index] - counts[class_index]
+            if missing > 0:
+                chosen = images[labels == class_index][:missing]
+                kept[class_index].append(chosen)
+                counts[class_index] += len(chosen)
+    images = torch.cat([torch.cat(parts) for parts in kept if parts])
+    labels = torch.cat([torch.full((count,), class_index) for class_index, count in enumerate(counts)])
+    return images, labels
 
 
 def student_model(student: Classifier, arch: str, dataset: ImageDataset,

@@ -3,6 +3,7 @@ accuracy (a private figure), and the description saved beside every classifier."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,39 @@ from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL
-from dpdistill.errors import DatasetError
+from dpdistill.errors import CheckpointError, DatasetError, DpDistillError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.models.checkpoint import ENCODER, read_meta
-from dpdistill.models.ensemble import load_teacher
+from dpdistill.models.checkpoint import ENCODER, STUDENT, read_meta
+from dpdistill.models.ensemble import is_ensemble, load_teacher, teacher_checkpoint
+from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.runs import REPORT_FILE
 from dpdistill.training.teacher import SCATTER_INIT
 
 
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
-    """The teacher (or ensemble) in `teacher_dir` and its description."""
-    return load_teacher(teacher_dir)
+    """The teacher (or ensemble) in `teacher_dir` and its description, with its provenance (`teacher_provenance`)."""
+    teacher, meta = load_teacher(teacher_dir)
+    provenance = teacher_provenance(teacher_dir, meta)
+    return teacher, meta if provenance is None else {**meta, PROVENANCE: provenance.to_json()}
+
+
+def teacher_provenance(teacher_dir: Path, meta: dict[str, Any] | None = None) -> Provenance | None:
+    """Whether the teacher in `teacher_dir` (described by `meta`, read here if not given) is a DP release: its
+    description says so, or, for a run's student saved before students carried their provenance, the run's
+    report.json, as the run stated it. None: a teacher trained without DP (or an ensemble)."""
+    if meta is None:
+        if is_ensemble(teacher_dir):
+            return None
+        meta = read_meta(teacher_dir, teacher_checkpoint(teacher_dir))
+    report = teacher_dir / REPORT_FILE
+    if PROVENANCE in meta or teacher_checkpoint(teacher_dir) != STUDENT or not report.is_file():
+        return Provenance.of_meta(meta)
+    try:
+        stated = json.loads(report.read_text())
+        return Provenance.of_run(str(stated["method"]), dict(stated["privacy"]), str(teacher_dir.resolve()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            DpDistillError) as error:
+        raise CheckpointError(f"{report} does not state the run's privacy readably ({error}); restore it") from error
 
 
 def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None,

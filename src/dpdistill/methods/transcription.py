@@ -10,20 +10,28 @@ from typing import Any, Callable, ClassVar
 
 import torch
 from safetensors.torch import save_file
+from torch import Tensor, nn
 
 from dpdistill import __version__
 from dpdistill.errors import ConfigError
+from dpdistill.data.base import ImageDataset
+from dpdistill.evaluation.fidelity import scattering_frechet
 from dpdistill.evaluation.metrics import predict
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
 from dpdistill.methods.config import PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
+from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
+                                         balanced_draw, evaluate_synthetic, synthetic_files)
 from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
+from dpdistill.privacy.provenance import Provenance
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve, transcription_markdown
 from dpdistill.runs import saved_config
 
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
+DP_TEACHER_COVERS = ("the student, the generator, its latent vectors and the synthetic set (post-processing of the "
+                     "teacher's own DP release: nothing else private was read)")
 SOURCE_COVERS = ("the student (post-processing of the sample source's release and the noisy answers; epsilon is "
                  "their composition)")
 NO_PRIVACY = UncoveredRead("the teacher's answers, without noise (privacy mode none)", "nothing")
@@ -34,8 +42,11 @@ GENERATOR_READS_TEACHER = UncoveredRead(
     "covers only the teacher's answers given those inputs")
 
 
-def uncovered_reads(config: TranscriptionConfig) -> list[UncoveredRead]:
-    """The reads of the teacher that no mechanism protects, the most sweeping first."""
+def uncovered_reads(config: TranscriptionConfig, teacher: Provenance | None = None) -> list[UncoveredRead]:
+    """The reads of the teacher that no mechanism protects, the most sweeping first. A teacher that is itself a DP
+    release (`teacher` its provenance) may be read freely: every read of it is post-processing."""
+    if teacher is not None:
+        return []
     reads = [NO_PRIVACY] if config.privacy.mode == "none" else []
     reads += reproducible_noise_read(config.reproducible_noise)
     if config.generator_sees_teacher:
@@ -83,6 +94,7 @@ class TranscriptionJob(Job):
     def __init__(self, teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None,
                  progress: Progress | None) -> None:
         self.teacher, self.meta = read_teacher(teacher_dir)
+        self.provenance = Provenance.of_meta(self.meta)  # None: a teacher trained without DP
         if isinstance(self.teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
             config = dataclasses.replace(config, privacy=dataclasses.replace(config.privacy,
                                                                              teachers=len(self.teacher)))
@@ -94,10 +106,21 @@ class TranscriptionJob(Job):
                                           out_dir / PRIVATE_DIR, progress)
         self.ledger_dir = teacher_dir
         self.source = self.engine.samples
-        self.planned = self._run_release(Release.of_plan(self.engine.plan, self.engine.plan.planned_queries))
+        if self.provenance is not None and self.source is not None:
+            raise ConfigError(f"the teacher in {teacher_dir} is itself a DP release, and a sample source is another "
+                              f"release from the private data: their composition under one relation is not "
+                              f"implemented; transcribe the teacher with its own generator (drop --sample-source)")
+        self.planned = self._run_release(self._answers(self.engine.plan.planned_queries))
         self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
         self.uncovered = ((self.source.uncovered if self.source else [])
-                          + partition_reads(self.partition, self.meta.get("ensemble")) + uncovered_reads(config))
+                          + partition_reads(self.partition, self.meta.get("ensemble"))
+                          + uncovered_reads(config, self.provenance))
+
+    def _answers(self, count: int) -> Release:
+        """The release of `count` answers; from a DP teacher without noise, none (post-processing)."""
+        if self.provenance is not None and self.engine.plan.query is None:
+            return Release.post_processing(self.provenance.delta)
+        return Release.of_plan(self.engine.plan, count)
 
     def _run_release(self, route: Release) -> Release:
         """What the teacher's ledger records: the answers' release, composed with the sample source's."""
@@ -105,27 +128,61 @@ class TranscriptionJob(Job):
 
     def run(self, resume: bool) -> Outcome:
         config, result = self.config, self.engine.run(resume=resume)
-        route = Release.of_plan(result.plan, result.answered)
+        route = self._answers(result.answered)
         privacy = {**result.privacy_summary(), **self.partition}
         if self.source is not None:
             privacy = self.source.privacy(privacy, route)
+        if self.provenance is not None:
+            privacy = inherited_privacy(privacy, self.provenance)
         report, models, write_files = transcription_release(result, config, self.in_shape,
                                                             int(self.meta["num_classes"]), self.dataset_name,
-                                                            trained_generator=self.source is None)
+                                                            self.source is None, self.dataset, self._labeller())
         if self.source is not None:
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
+        if self.provenance is not None:  # a DP release's accuracy on public test images is public
+            report["accuracy"]["teacher"] = self._teacher_accuracy()
+        covers = (SOURCE_COVERS if self.source is not None else DP_TEACHER_COVERS if self.provenance is not None
+                  else COVERS)
         return Outcome(
-            report=report, privacy=privacy, covers=COVERS if self.source is None else SOURCE_COVERS, models=models,
-            private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
-                self.teacher, self.meta, self.dataset, self.dataset_name, config.device)}},
+            report=report, privacy=privacy, covers=covers, models=models,
+            private_record=lambda: {} if self.provenance is not None else {
+                "accuracy": {"teacher": self._teacher_accuracy()}},
             release=self._run_release(route), write_files=write_files)
+
+    def _teacher_accuracy(self) -> float | None:
+        return teacher_accuracy(self.teacher, self.meta, self.dataset, self.dataset_name, self.config.device)
+
+    def _labeller(self) -> tuple[nn.Module, str] | None:
+        """Who may label the synthetic set: the teacher where reading it is free, else (None) the student."""
+        if self.provenance is not None:
+            return self.teacher, "the teacher (a DP release: free to read)"
+        if self.config.privacy.mode == "none":
+            return self.teacher, "the teacher (no privacy)"
+        return None
+
+
+MECHANISM_FIGURES = ("epsilon", "epsilon_rdp", "epsilon_replace_one", "epsilon_add_remove", "relation",
+                     "relation_note", "guarantee", "accountant", "paper_epsilon", "paper_epsilon_label")
+
+
+def inherited_privacy(summary: dict[str, Any], teacher: Provenance) -> dict[str, Any]:
+    """The `privacy` section of a transcription of a DP teacher: the teacher's guarantee, which post-processing
+    keeps whatever the engine does with it; a noisy mode's own figures (charged to the teacher's ledger as usual)
+    follow as the answers' epsilon."""
+    mechanism = {key: value for key, value in summary.items() if key not in MECHANISM_FIGURES}
+    if summary["mode"] != "none":
+        mechanism["route_epsilon"] = summary["epsilon"]
+    return {**mechanism, **teacher.privacy()}
 
 
 def transcription_release(result: TranscriptionResult, config: TranscriptionConfig, in_shape: tuple[int, ...],
-                          num_classes: int, dataset_name: str | None, trained_generator: bool = True
+                          num_classes: int, dataset_name: str | None, trained_generator: bool = True,
+                          dataset: ImageDataset | None = None, labeller: tuple[nn.Module, str] | None = None
                           ) -> tuple[dict[str, Any], dict[str, Any], Callable[[Path, dict[str, Any]], None]]:
     """What a finished engine releases, wherever its teacher was: the report's accuracy, timing and history, the
-    student (and a trained generator), and the files beside them."""
+    student (and a trained generator), its synthetic set (`config.synthetic_size` images labelled by `labeller`, a
+    model and what it is, where reading it is free; else by the student) measured on `dataset`, and the files beside
+    them."""
     queries = max(result.answered, 1)
     report = {"privacy_mode": config.privacy.mode, "dataset": dataset_name,
               "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
@@ -134,16 +191,24 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
                          "phases": result.phase_seconds},
               "history": result.history}
     models = {"student": (result.student, classifier_meta(config.student_arch, in_shape, num_classes, dataset_name))}
+    synthetic = None
+    if config.synthetic_size and trained_generator:
+        synthetic = synthetic_set(result, config, num_classes, labeller or (result.student, "the student"))
+        report["synthetic"], classifier_accuracy = measure_synthetic(*synthetic, num_classes, config, dataset)
+        report["accuracy"]["synthetic"] = classifier_accuracy
     if trained_generator:
         models["generator"] = (result.generator, {
             "kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
             "width": list(config.generator_width), "dataset": dataset_name, "dpdistill_version": __version__})
 
     def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
-        """The latent vectors, 64 samples titled with the student's classes (of a trained generator only), and
-        the training curve."""
+        """The latent vectors (of a trained generator), the synthetic set and its grid, or else 64 samples titled
+        with the student's classes, and the training curve."""
         if trained_generator:
             save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
+        if synthetic is not None:
+            synthetic_files(*synthetic[:2], num_classes)(out_dir, _report)
+        elif trained_generator:
             with torch.no_grad():
                 samples = result.generator(result.latents[:64])
             labels = predict(result.student, samples, device=config.device).tolist()
@@ -151,3 +216,44 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
         save_training_curve(result.history, out_dir / "training.png")
 
     return report, models, write_files
+
+
+def synthetic_set(result: TranscriptionResult, config: TranscriptionConfig, num_classes: int,
+                  labeller: tuple[nn.Module, str]) -> tuple[Tensor, Tensor, str]:
+    """`config.synthetic_size` images from the final generator, classes balanced by the labeller's argmax: its
+    images, labels and who labelled them. Fresh latent vectors for a generator trained on fresh ones; for learnt
+    latent vectors (DPSD's), draws from the Gaussian fitted to them."""
+    model, labelled_by = labeller
+    device = torch.device(config.device)
+    if config.latents == "fresh":
+        mean, std = torch.zeros(config.latent_dim), torch.ones(config.latent_dim)
+    else:
+        mean, std = result.latents.mean(0).cpu(), result.latents.std(0).cpu()
+    draws = torch.Generator().manual_seed(config.seed)
+    generator = result.generator.eval()
+
+    def generate(count: int) -> Tensor:
+        latents = mean + std * torch.randn(count, config.latent_dim, generator=draws)
+        return generator(latents.to(device))
+
+    images, labels = balanced_draw(generate, lambda batch: predict(model, batch, device=device),
+                                   config.synthetic_size, num_classes)
+    return images, labels, labelled_by
+
+
+def measure_synthetic(images: Tensor, labels: Tensor, labelled_by: str, num_classes: int,
+                      config: TranscriptionConfig, dataset: ImageDataset | None) -> tuple[dict[str, Any], float | None]:
+    """The synthetic set's report entry, and the accuracy on the real test split of a classifier trained on the set
+    alone (DataLens' protocol, final model); without a data set to test on, only what the set is."""
+    entry: dict[str, Any] = {"file": SYNTHETIC_FILE, "images": len(labels),
+                             "labelled_by": f"the argmax of {labelled_by}",
+                             "per_class": torch.bincount(labels, minlength=num_classes).tolist()}
+    if dataset is None:
+        return entry, None
+    _, evaluation, seconds = evaluate_synthetic(dataset, images, labels, "transcription", StudentSettings(
+        config.synthetic_classifier, config.synthetic_epochs, EVALUATION_LR, EVALUATION_BATCH, config.seed,
+        config.device, every_epoch=False))
+    entry.update(classifier=config.synthetic_classifier, classifier_epochs=config.synthetic_epochs,
+                 measured_on=evaluation["measured_on"], classifier_seconds=seconds,
+                 fidelity=scattering_frechet(images, dataset.x_test, config.device))
+    return entry, evaluation["accuracy"]["student"]

@@ -37,7 +37,8 @@ from dpdistill.models.transform import InputTransform, TransformedClassifier
 TEACHER = "model"
 STUDENT = "student"  # what transcribe, pate and train-private write: student.safetensors + student.json
 ENCODER = "encoder"  # a pretrained starting point (`dpdistill pretrain`): encoder.safetensors + encoder.json
-MAKERS = {TEACHER: ("teacher", "train one with `dpdistill train-teacher`"),
+MAKERS = {TEACHER: ("teacher", "train one with `dpdistill train-teacher`, or give the directory of a run that released "
+                              "a student (student.safetensors)"),
           ENCODER: ("encoder", "pretrain one on public images with `dpdistill pretrain`")}  # for a missing checkpoint
 
 

@@ -210,11 +210,25 @@ def is_ensemble(directory: Path) -> bool:
     return (directory / ENSEMBLE_FILE).exists()
 
 
+def teacher_checkpoint(directory: Path) -> str:
+    """The checkpoint of `directory` that is its teacher: a trained or imported teacher (model.safetensors), else a
+    run's released student (student.safetensors: a DP release is a teacher that costs nothing to transcribe)."""
+    if not (directory / f"{TEACHER}.safetensors").exists() and (directory / f"{STUDENT}.safetensors").exists():
+        return STUDENT
+    return TEACHER
+
+
+def holds_teacher(directory: Path) -> bool:
+    """Whether `directory` holds a teacher, a teacher ensemble or a run's student."""
+    return is_ensemble(directory) or (directory / f"{teacher_checkpoint(directory)}.safetensors").exists()
+
+
 def load_teacher(directory: Path) -> tuple[Classifier | TeacherEnsemble, dict[str, Any]]:
     """A saved teacher or teacher ensemble in eval mode, with the description of its (first) member; an
-    ensemble's description also carries `ensemble` (the contents of ensemble.json)."""
+    ensemble's description also carries `ensemble` (the contents of ensemble.json). A run's student is a teacher
+    too; its description's `provenance` says whether it is a DP release (privacy/provenance.py)."""
     if not is_ensemble(directory):
-        return load_classifier(directory)
+        return load_classifier(directory, teacher_checkpoint(directory))
     try:
         description = json.loads((directory / ENSEMBLE_FILE).read_text())
         count = int(description["members"])

@@ -107,6 +107,12 @@ class Release:
         return cls(dp_accounting.SelfComposedDpEvent(query.dp_event(), count), delta,
                    query_epsilon(query, count, delta), getattr(query, "discrete", False))
 
+    @classmethod
+    def post_processing(cls, delta: float) -> "Release":
+        """A release computed from an earlier DP release alone (a teacher that is itself DP, read without noise):
+        nothing more is spent, recorded as dp-accounting's NoOpDpEvent."""
+        return cls(dp_accounting.NoOpDpEvent(), delta, 0.0)
+
     def with_reads(self, reads: Sequence["UncoveredRead"]) -> "Release":
         """The release as the teacher's ledger must count it: a read no mechanism protects (its NonPrivateDpEvent)
         makes what was released from the teacher unbounded, whatever the noisy answers cost."""

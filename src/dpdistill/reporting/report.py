@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import matplotlib
 import numpy as np
@@ -168,6 +168,14 @@ def _number(value: Any) -> str:
 def privacy_statement(privacy: dict[str, Any]) -> str:
     """Plain words on what the epsilon covers."""
     mode = privacy.get("mode")
+    teacher = privacy.get("teacher_release")
+    if teacher is not None:
+        answers = ("" if mode == "none" else f" Its {privacy['queries']} noisy answers alone spend epsilon "
+                   f"{_number(privacy.get('route_epsilon'))} more, recorded in the teacher's ledger.")
+        claim = ("its owner's declaration, NOT verified by dpdistill" if not teacher["verified"]
+                 else f"dpdistill's {teacher['release']} run {teacher.get('run')}")
+        return (f"{_guarantee(privacy)} with respect to {privacy['unit']}, by post-processing: the teacher is itself "
+                f"a DP release ({claim}), and nothing else private was read.{answers} Covered: {privacy['covered']}.")
     if mode == "none":
         return "**No privacy guarantee.** The student learned from the teacher's unprotected answers."
     unit, notion = (("one private training example", "DP") if mode == "data"
@@ -182,8 +190,8 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
 def is_covered(privacy: dict[str, Any]) -> bool:
     """Whether a report's epsilon covers its release: there was noise, and nothing voided the guarantee
     (reproducible noise, a simulated split, a generator or a student update that read private data unprotected)."""
-    return (privacy.get("mode") != "none" and privacy.get("formal_guarantee") is not False
-            and not privacy.get("covered", "").startswith("NO"))
+    return ((privacy.get("mode") != "none" or "teacher_release" in privacy)
+            and privacy.get("formal_guarantee") is not False and not privacy.get("covered", "").startswith("NO"))
 
 
 def _guarantee(privacy: dict[str, Any], notion: str = "DP") -> str:
@@ -196,9 +204,10 @@ def _guarantee(privacy: dict[str, Any], notion: str = "DP") -> str:
 
 
 ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "generator_student_weight",
-               "one_hot_weight", "entropy_weight", "activation_weight", "batchnorm_weight", "adversarial_weight",
-               "student_steps", "replay_size", "augment_shift", "augment_flip", "student_schedule", "class_balanced",
-               "distill_loss", "gradient_operation", "top_k", "candidates", "candidate_threshold")
+               "one_hot_weight", "entropy_weight", "activation_weight", "batchnorm_weight", "smoothness_weight",
+               "adversarial_weight", "student_steps", "replay_size", "augment_shift", "augment_flip",
+               "student_schedule", "class_balanced", "distill_loss", "gradient_operation", "top_k", "candidates",
+               "candidate_threshold")
 
 
 def _engine_lines(config: dict[str, Any]) -> list[str]:
@@ -240,19 +249,62 @@ def _samples_and_curve(report: dict[str, Any]) -> list[str]:
     return [*samples, "", "## Training", "", "![training curve](training.png)"]
 
 
-def transcription_markdown(report: dict[str, Any]) -> str:
-    """The human-readable report of a transcription run."""
+def privacy_mode_words(report: dict[str, Any]) -> str:
+    """A transcription's privacy mode in words: of a DP teacher, what makes it private is the teacher."""
+    mode = f"{report['privacy_mode']} privacy"
+    return f"a DP teacher, {mode}" if "teacher_release" in report["privacy"] else mode
+
+
+def release_markdown(report: dict[str, Any]) -> str:
+    """The report of `dpdistill release`: the DP teacher it trained, then its transcription."""
+    teacher = report["teacher"]
+    return transcription_markdown(report, f"# dpdistill release on {report['dataset']}: a DP teacher, transcribed", [
+        f"| DP teacher ({teacher['arch']}, {teacher['path']}): accuracy (real test set) | "
+        f"{_percent(teacher['accuracy'])} |",
+        f"| DP teacher: wall time | {teacher['wall_seconds']:.1f} s |",
+        f"| release: wall time (teacher and transcription) | {report['timing']['release_seconds']:.1f} s |"])
+
+
+def _synthetic_rows(report: dict[str, Any]) -> list[str]:
+    """A synthetic set's rows: its size and labels, what a classifier trained on it alone reaches, its fidelity."""
+    synthetic = report.get("synthetic")
+    if synthetic is None:
+        return []
+    rows = [f"| synthetic set ({synthetic['file']}) | {synthetic['images']} images, labelled by "
+            f"{synthetic['labelled_by']} |"]
+    if "classifier" in synthetic:
+        fidelity = synthetic["fidelity"]
+        rows += [f"| a {synthetic['classifier']} classifier trained on the synthetic set alone "
+                 f"({synthetic['classifier_epochs']} epochs, final model): accuracy on {synthetic['measured_on']} | "
+                 f"{_percent(report['accuracy']['synthetic'])} |",
+                 f"| synthetic set to the real test split: scattering Fréchet distance (lower is closer; two halves "
+                 f"of the test split: {fidelity['real_halves']:.3g}) | {fidelity['synthetic_to_real']:.4g} |"]
+    return rows
+
+
+def transcription_markdown(report: dict[str, Any], title: str | None = None,
+                           leading_rows: Sequence[str] = ()) -> str:
+    """The human-readable report of a transcription run (`title` and `leading_rows`: another route's around it)."""
     privacy = report["privacy"]
     accuracy = report["accuracy"]
+    teacher = ([f"| teacher accuracy (real test set; public: the teacher is a DP release) | "
+                f"{_percent(accuracy['teacher'])} |"] if "teacher" in accuracy else [])
     lines = [
-        f"# dpdistill report: {report['method'].upper()} ({report['privacy_mode']} privacy) on {report['dataset']}",
+        title or f"# dpdistill report: {report['method'].upper()} ({privacy_mode_words(report)}) on "
+                 f"{report['dataset']}",
         "",
         privacy_statement(privacy),
         "",
         "| quantity | value |",
         "| --- | --- |",
         f"| student accuracy (real test set) | {_percent(accuracy['student'])} |",
-        f"| epsilon (sound, {privacy.get('accountant', 'n/a')}) | {_number(privacy.get('epsilon'))} |",
+        *_synthetic_rows(report),
+        *teacher,
+        *leading_rows,
+        f"| epsilon (sound, {privacy.get('accountant') or privacy.get('epsilon_scope', 'n/a')}) | "
+        f"{_number(privacy.get('epsilon'))} |",
+        *([f"| epsilon, replace one example | {_number(privacy['epsilon_replace_one'])} |"]
+          if privacy.get("relation") == "add-remove" else []),
         f"| epsilon (RDP cross-check) | {_number(privacy.get('epsilon_rdp'))} |",
         f"| delta | {_number(privacy.get('delta'))} |",
         f"| budget (as requested, {privacy.get('accounting', 'sound')} accounting) | "

@@ -1,0 +1,152 @@
+"""One release for the user who holds the private data: a DP teacher, transcribed at no further cost into a student
+of any architecture, a generator and a synthetic set (`dpdistill release`).
+
+1. Teach: the best private route the data allows, DP-SGD on scattering features (`scatter-linear`, the
+   `train-private` route), into OUT/teacher. Its epsilon is the whole release's.
+2. Transcribe: the data-free engine (methods/engine.py) reads that teacher without noise. The teacher is itself a
+   DP release, so every read of it is post-processing: the student, the generator, its latent vectors and the
+   synthetic set carry the teacher's guarantee, and the teacher's ledger records the transcription as free.
+
+Nothing but the teacher's DP-SGD steps reads the private data; the test split only measures accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpdistill.data import load_dataset
+from dpdistill.errors import ConfigError
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.config import TranscriptionConfig, build_config
+from dpdistill.methods.dpsgd import DPSGD
+from dpdistill.methods.transcription import TranscriptionJob
+from dpdistill.models.registry import build_classifier
+from dpdistill.privacy.ledger import Release, ReleaseLedger
+from dpdistill.privacy.provenance import ADD_REMOVE
+from dpdistill.reporting.report import release_markdown
+from dpdistill.runs import REPORT_FILE, execute, release_state, saved_config
+from dpdistill.training.private import PrivateTrainingConfig, plan_private_training
+
+TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
+TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
+STUDENT_ARCH = "cnn"
+SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    """The two runs of a release: the DP teacher's training and its transcription (privacy mode none)."""
+
+    teacher: PrivateTrainingConfig
+    transcription: TranscriptionConfig
+
+    def __post_init__(self) -> None:
+        if self.teacher.method != DPSGD.name:
+            raise ConfigError(f"a release's teacher is trained with dpsgd (covered), not {self.teacher.method}")
+        if self.transcription.privacy.mode != "none":
+            raise ConfigError("a release transcribes its DP teacher without noise: post-processing costs nothing, "
+                              "noise would only lose accuracy")
+
+    @property
+    def seed(self) -> int:
+        return self.transcription.seed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": PrivateRelease.name, "teacher": self.teacher.to_dict(),
+                "transcription": self.transcription.to_dict()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ReleaseConfig":
+        return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
+                   TranscriptionConfig.from_dict(values["transcription"]))
+
+
+class PrivateRelease(Method):
+    name = "release"
+    summary = ("the private data -> a DP-SGD teacher on scattering features, transcribed for no further budget into "
+               "a student of any architecture, a generator and a synthetic set")
+    needs = Needs.PRIVATE_DATA
+    paper = ("post-processing of a DP release (DP-SGD on scattering features: Abadi et al. 2016, Tramer & Boneh "
+             "2021) through the data-free engine of seed 000 (DPSD)")
+    command = "release"
+
+    def plan(self, source: Source, config: ReleaseConfig, out_dir: Path, progress: Progress | None) -> "ReleaseJob":
+        return ReleaseJob(config, out_dir, progress)
+
+    def config_record(self, source: Source, config: ReleaseConfig) -> dict[str, Any]:
+        return config.to_dict()
+
+    def interrupted(self, out_dir: Path) -> tuple[None, ReleaseConfig] | None:
+        """Resumable until its report is written: the teacher's run and the transcription each continue."""
+        saved = saved_config(out_dir)
+        if saved is None or saved.get("method") != self.name or (out_dir / REPORT_FILE).exists():
+            return None
+        return None, ReleaseConfig.from_dict(saved)
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        return release_markdown(report)
+
+
+class ReleaseJob(Job):
+    """Both runs checked before any write: the teacher's noise is calibrated (a budget it cannot meet is refused
+    here) and the transcription's settings validated."""
+
+    def __init__(self, config: ReleaseConfig, out_dir: Path, progress: Progress | None) -> None:
+        self.config, self.out_dir, self.progress = config, out_dir, progress
+        self.teacher_dir = out_dir / TEACHER_DIR
+        dataset = load_dataset(config.teacher.dataset)
+        plan_private_training(config.teacher, len(dataset.y_train))
+        config.transcription.validate(dataset.num_classes)
+        for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
+            build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
+
+    def run(self, resume: bool) -> Outcome:
+        teacher = self._teach()
+        transcription = TranscriptionJob(self.teacher_dir, self.config.transcription, self.out_dir,
+                                         self.config.teacher.dataset,
+                                         self._counting_to(self.config.transcription.iterations))
+        self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
+        outcome = transcription.run(resume=release_state(self.out_dir).exists())
+        ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
+        outcome.privacy["ledger"] = ledger.standing(
+            ledger.settle(self.out_dir, PrivateRelease.name, Release.post_processing(self.config.teacher.delta)))
+        outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
+                                     "accuracy": teacher["accuracy"]["student"],
+                                     "wall_seconds": teacher["timing"]["wall_seconds"]}
+        outcome.report["timing"]["release_seconds"] = (teacher["timing"]["wall_seconds"]
+                                                       + outcome.report["timing"]["wall_seconds"])
+        return outcome
+
+    def _teach(self) -> dict[str, Any]:
+        """The teacher's report: its run finished already (a resumed release), continued, or trained now."""
+        if (self.teacher_dir / REPORT_FILE).exists():
+            return json.loads((self.teacher_dir / REPORT_FILE).read_text())
+        method = DPSGD()
+        resumable = method.interrupted(self.teacher_dir) is not None
+        return execute(method, Source(), self.config.teacher, self.teacher_dir, resume=resumable,
+                       overwrite=not resumable, progress=self._counting_to(self.config.teacher.epochs))
+
+    def _counting_to(self, total: int) -> Progress | None:
+        """The caller's progress, told each phase's own length (the teacher's epochs, then the iterations)."""
+        return None if self.progress is None else lambda record: self.progress({**record, "total": total})
+
+
+def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, relation: str = ADD_REMOVE,
+                         teacher_arch: str = TEACHER_ARCH, student_arch: str = STUDENT_ARCH,
+                         synthetic_size: int = SYNTHETIC_SIZE, preset: str | None = None, seed: int = 0,
+                         device: str = "cpu", teacher_options: dict[str, Any] | None = None,
+                         transcription_options: dict[str, Any] | None = None) -> ReleaseConfig:
+    """A release's two configurations from the command's options: the teacher's are `train-private`'s (its defaults
+    for `teacher_arch`, then `teacher_options`), the transcription's the engine's (the `dp-teacher` preset unless
+    `preset` names others, then `transcription_options`); both share the seed and the device."""
+    teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name, "epsilon": epsilon, "delta": delta,
+                                       "relation": relation, "student_arch": teacher_arch, "seed": seed,
+                                       "device": device, **(teacher_options or {})})
+    transcription = build_config(preset, {"method": "dpsd", "student_arch": student_arch,
+                                          "synthetic_size": synthetic_size, "seed": seed, "device": device,
+                                          **(transcription_options or {})},
+                                 {"mode": "none", "delta": delta}, dp_teacher=True)
+    return ReleaseConfig(teacher, transcription)

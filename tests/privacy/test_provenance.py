@@ -1,0 +1,66 @@
+"""A model's provenance: only a run whose epsilon is a formal guarantee makes its models DP releases, and a declared
+guarantee stays a claim."""
+
+import math
+
+import pytest
+
+from dpdistill.errors import CheckpointError, PrivacyParameterError
+from dpdistill.privacy.provenance import PROVENANCE, Provenance
+
+DPSGD_PRIVACY = {"mode": "data", "epsilon": 0.9996, "delta": 1e-5, "relation": "add-remove",
+                 "epsilon_add_remove": 0.9996, "epsilon_replace_one": 2.154, "formal_guarantee": True,
+                 "covered": "the student (DP-SGD: every update is a clipped, noised per-example gradient)"}
+
+
+def test_a_covered_run_makes_its_models_dp_releases_under_its_relation():
+    provenance = Provenance.of_run("dpsgd", DPSGD_PRIVACY, "/runs/dp")
+    assert (provenance.release, provenance.epsilon, provenance.delta) == ("dpsgd", 0.9996, 1e-5)
+    assert (provenance.relation, provenance.epsilon_replace_one, provenance.verified) == ("add-remove", 2.154, True)
+    privacy = provenance.privacy()
+    assert privacy["epsilon"] == privacy["epsilon_add_remove"] == 0.9996 and privacy["epsilon_replace_one"] == 2.154
+    assert privacy["teacher_release"]["run"] == "/runs/dp"
+    assert "adding or removing one private training example" in provenance.statement()
+
+
+def test_a_teacher_release_is_stated_under_replace_one_unless_it_says_otherwise():
+    pate = {"mode": "data", "epsilon": 1.0, "delta": 1e-5, "covered": "the student"}
+    assert Provenance.of_run("pate", pate, "/runs/pate").epsilon_replace_one == 1.0
+
+
+@pytest.mark.parametrize("change", [
+    {"formal_guarantee": False},  # reproducible noise, a simulated split, an unprotected read
+    {"covered": "NO formal guarantee: the synthetic inputs depend on the non-private teacher"},
+    {"mode": "none", "epsilon": math.inf},  # a teacher's unprotected answers
+    {"epsilon": math.inf},
+])
+def test_a_run_without_a_formal_guarantee_releases_no_dp_model(change):
+    assert Provenance.of_run("dpsgd", {**DPSGD_PRIVACY, **change}, "/runs/x") is None
+
+
+def test_a_transcription_of_a_dp_teacher_passes_its_guarantee_on():
+    inherited = {"mode": "none", **Provenance.of_run("dpsgd", DPSGD_PRIVACY, "/runs/dp").privacy(),
+                 "covered": "the student (post-processing of the teacher's own DP release)"}
+    chained = Provenance.of_run("dpsd", inherited, "/runs/tr")
+    assert (chained.epsilon, chained.relation, chained.verified) == (0.9996, "add-remove", True)
+
+
+def test_a_declared_guarantee_is_reported_as_its_owners_unverified_claim():
+    declared = Provenance.declared(2.0, 1e-6, "replace-one")
+    assert not declared.verified and "NOT verified" in declared.statement()
+    assert declared.privacy()["epsilon_scope"].endswith("(post-processing; not verified)")
+    inherited = {"mode": "none", **declared.privacy(), "covered": "the student"}
+    assert Provenance.of_run("dpsd", inherited, "/runs/tr").verified is False  # a claim stays a claim downstream
+
+
+@pytest.mark.parametrize("epsilon, delta, relation", [(0, 1e-5, "add-remove"), (1, 0, "add-remove"),
+                                                      (math.inf, 1e-5, "add-remove"), (1, 1e-5, "swap-two")])
+def test_an_impossible_declaration_is_refused(epsilon, delta, relation):
+    with pytest.raises(PrivacyParameterError):
+        Provenance.declared(epsilon, delta, relation)
+
+
+def test_a_damaged_provenance_in_a_description_is_a_checkpoint_error():
+    assert Provenance.of_meta({"kind": "classifier"}) is None
+    with pytest.raises(CheckpointError, match="damaged provenance"):
+        Provenance.of_meta({PROVENANCE: {"release": "dpsgd", "epsilon": -1}})
