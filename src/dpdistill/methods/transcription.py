@@ -5,6 +5,7 @@ into a student and a generator. Each of the three is a `TranscriptionMethod` wit
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -193,9 +194,11 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
     models = {"student": (result.student, classifier_meta(config.student_arch, in_shape, num_classes, dataset_name))}
     synthetic = None
     if config.synthetic_size and trained_generator:
+        started = time.perf_counter()
         synthetic = synthetic_set(result, config, num_classes, labeller or (result.student, "the student"))
         report["synthetic"], classifier_accuracy = measure_synthetic(*synthetic, num_classes, config, dataset)
         report["accuracy"]["synthetic"] = classifier_accuracy
+        report["timing"]["synthetic_seconds"] = time.perf_counter() - started  # drawn, measured
     if trained_generator:
         models["generator"] = (result.generator, {
             "kind": "generator", "latent_dim": config.latent_dim, "out_shape": list(in_shape),
