@@ -466,6 +466,9 @@ def own_cost(delta: float) -> Cost:
     return lambda query, count: composed_epsilon(query, count, delta)
 
 
+MAX_CALIBRATED_EPSILON = 1000.0
+
+
 def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta: float, start: float = 1.0,
               tolerance: float = 1e-4, cost: Cost | None = None) -> Q:
     """The query with the least noise whose `count` answers stay within (epsilon, delta): one search for every
@@ -480,6 +483,10 @@ def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta:
     """
     validate_epsilon(epsilon)
     validate_delta(delta)
+    if epsilon > MAX_CALIBRATED_EPSILON:  # the accountants' loss grids grow with epsilon: refused before they run
+        raise PrivacyParameterError(f"epsilon {epsilon:g} is above {MAX_CALIBRATED_EPSILON:g}, the largest budget "
+                                    f"dpdistill calibrates noise for (it protects nothing measurable): for a "
+                                    f"noise-free control use --privacy none or a non-private teacher")
     ratio = 1 + tolerance
     limit = int(math.log(1e6) / math.log(ratio))  # search at most a factor of a million either way
     spent = cost or own_cost(delta)
