@@ -1,5 +1,6 @@
 """Shared fixtures: one small digits teacher per test session (trained once, about 10 seconds)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,13 @@ from helpers import TeacherReads, counting_teacher_reads
 @pytest.fixture(scope="session", autouse=True)
 def _two_threads():
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ledgers_of_the_session(tmp_path_factory):
+    """The data sets' ledgers of this session's runs, apart from the machine's own (a total a test sets there
+    would refuse other runs)."""
+    os.environ["DPDISTILL_LEDGER_HOME"] = str(tmp_path_factory.mktemp("ledgers"))
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.methods.base import Source
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.methods.teachers import classifier_meta, evaluation_set
+from dpdistill.methods.teachers import DATA_DIGEST, classifier_meta, evaluation_set
 from dpdistill.methods.transcription import COVERS, uncovered_reads
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.features import frozen_features
@@ -33,6 +33,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, is_ensemble, load_saved,
                                        member_directory, plurality_counts, read_partition_key, save_head_ensemble,
                                        write_ensemble_description, write_partition_key)
+from dpdistill.privacy.ledger import Budget, ReleaseLedger
 from dpdistill.privacy.ledger import coverage as privacy_coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.reporting.report import write_json
@@ -69,8 +70,8 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
     dataset = load_dataset(dataset_name)
     clear_previous()
     model, training = train_classifier(dataset, config, progress)
-    save_model(out_dir, model, classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
-                                               config.init))
+    save_model(out_dir, model, {**classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
+                                                  config.init), DATA_DIGEST: dataset.digest})
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
@@ -139,13 +140,15 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
+    digest = dataset.digest  # an owner's holding is part of the data set: its releases count in that ledger
     if holding is not None:
         dataset = dataset.train_subset(holding)
     clear_previous()
     if alpha is None:
         key = read_partition_key(out_dir) if resume else new_partition_key()
         parts = partition_indices(dataset.ids_train, partitions, key)
-        partition = {"scheme": KEYED_HASH, "key": f"{PARTITION_KEY_FILE} (private: never release it)"}
+        partition = {"scheme": KEYED_HASH, "key": f"{PARTITION_KEY_FILE} (private: never release it)",
+                     "ids": dataset.ids_source}
         if not resume:  # kept before any member trains, so that a resumed run splits the data the same way
             write_partition_key(out_dir, key)
     else:
@@ -153,7 +156,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         partition = {"scheme": DIRICHLET, "alpha": alpha, "seed": config.seed}
     partition["assumption"] = PARTITION_ASSUMPTIONS[partition["scheme"]].statement
     if config.heads_only:  # a minute of work: nothing to resume
-        return _train_head_ensemble(dataset, dataset_name, out_dir, config, parts, partition, progress)
+        return _train_head_ensemble(dataset, dataset_name, out_dir, config, parts, partition, progress, digest)
     if not resume:
         state.mkdir(parents=True)
         write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
@@ -182,7 +185,8 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     test_accuracy, vote_accuracy, _ = _ensemble_accuracies(MemberEnsemble(models).eval(), dataset, config.device)
     evaluation_seconds = time.perf_counter() - started
     write_ensemble_description(out_dir, partitions, {"partition": partition, "dataset": dataset_name,
-                                                     "arch": config.arch, "test_accuracy": test_accuracy})
+                                                     "arch": config.arch, "test_accuracy": test_accuracy,
+                                                     DATA_DIGEST: digest})
     # the members' own times (also those trained before an interruption) and the ensemble's evaluation
     timing = {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
               "evaluation_seconds": evaluation_seconds}
@@ -193,9 +197,9 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
 
 
 def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path, config: TeacherConfig,
-                         parts: list[Tensor], partition: dict, progress: Progress | None) -> dict:
+                         parts: list[Tensor], partition: dict, progress: Progress | None, digest: str) -> dict:
     """Members as linear heads on the frozen encoder `config.init`: the training split's features once, then
-    all heads at once (training/teacher.train_heads)."""
+    all heads at once (training/teacher.train_heads); `digest`, the data set's (its ledger's key)."""
     started = time.perf_counter()
     if config.init == SCATTER_INIT:  # a fixed transform: nothing pretrained, no public images
         encoder = build_classifier(config.arch, dataset.input_shape, dataset.num_classes)
@@ -212,7 +216,7 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
     meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
                        {"partition": partition, "dataset": dataset_name, "arch": config.arch,
-                        "test_accuracy": test_accuracy})
+                        "test_accuracy": test_accuracy, DATA_DIGEST: digest})
     members = [{"member": index + 1, "examples": len(part), "test_accuracy": member_accuracy}
                for index, (part, member_accuracy) in enumerate(zip(parts, member_accuracies.tolist()))]
     wall_seconds = time.perf_counter() - started
@@ -311,10 +315,12 @@ def default_owners(out_dir: Path) -> Path:
 
 
 def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | None = None, resume: bool = False,
-              progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+              progress: Progress | None = None, overwrite: bool = False, budget: Budget | None = None
+              ) -> dict[str, Any]:
     """Federated transcription on Flower (methods/federated.py): the data owners in `owners` (trained first where
     missing: federated/owners.py) answer through secure aggregation; a student learns from the sums. With
-    `resume`, the run saved in `out_dir` continues after its last released round, with its saved settings."""
+    `resume`, the run saved in `out_dir` continues after its last released round, with its saved settings.
+    `budget` sets the total of the owners' ledger (every federated run of these owners) before anything runs."""
     from dpdistill.federated.owners import check_owners, prepare_owners
     from dpdistill.methods.federated import ServerPlan
     from dpdistill.methods.registry import method_named
@@ -329,6 +335,9 @@ def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | No
         owners = owners or default_owners(out_dir)
         check_owners(owners, config)
         ServerPlan.of(config)  # the server's side too: data set, public pool, noise
+    if budget is not None and owners is not None:
+        owners.mkdir(parents=True, exist_ok=True)
+        ReleaseLedger(owners).set_total(budget.epsilon, budget.delta)
     if owners is not None and config is not None:
         prepare_owners(owners, config, progress)
     return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)

@@ -22,7 +22,7 @@ from dpdistill import __version__
 from dpdistill.errors import ConfigError
 from dpdistill.models.checkpoint import save_model
 from dpdistill.models.ensemble import ENSEMBLE_FILE, PARTITION_KEY_FILE
-from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, ReleaseLedger, coverage
+from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, DatasetLedger, Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.reporting.report import PRIVATE_DIR, write_json, write_private_record, write_report
 
@@ -154,6 +154,18 @@ def saved_config(out_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def reserve_all(reservations: list[tuple[ReleaseLedger, Release]], out_dir: Path, method: str, resume: bool) -> None:
+    """Reserve each planned release in its ledger, or none: a refusal withdraws those already taken."""
+    for index, (ledger, release) in enumerate(reservations):
+        try:
+            ledger.reserve(out_dir, method, release, resume)
+        except BaseException:
+            if not resume:
+                for taken, _ in reservations[:index]:
+                    taken.withdraw(out_dir)
+            raise
+
+
 def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resume: bool = False,
             overwrite: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Run `method` on `source` into `out_dir`; with `resume`, the unfinished run there continues with the settings
@@ -168,15 +180,28 @@ def execute(method: "Method", source: "Source", config: Any, out_dir: Path, resu
         job = method.plan(source, config, out_dir, progress)  # refuses a bad or overspending plan before any write
         config = job.config
         ledger = None if job.ledger_dir is None else ReleaseLedger(job.ledger_dir)
-        if ledger is not None:
-            ledger.reserve(out_dir, method.name, job.planned.with_reads(job.uncovered), resume)
+        data = None if job.data_set is None else DatasetLedger(*job.data_set)
+        planned = None if job.planned is None else job.planned.with_reads(job.uncovered)
+        reservations = [(chosen, planned) for chosen in (ledger, data) if chosen is not None] + [
+            (ReleaseLedger(directory), release) for directory, release in job.also_reads]
+        reserve_all(reservations, out_dir, method.name, resume)
         clear_previous()
         write_config(out_dir, method.config_record(source, config))
-        outcome = job.run(resume)
+        try:
+            outcome = job.run(resume)
+        except BaseException:
+            if not resume and not job.asked():  # it failed before its first query: nothing was released
+                for reserved, _ in reservations:
+                    reserved.withdraw(out_dir)
+            raise
         privacy = {**outcome.privacy, **coverage(outcome.covers, job.uncovered)}
+        released = planned if outcome.release is None else outcome.release.with_reads(job.uncovered)
+        settled = {reserved: reserved.settle(out_dir, method.name, released if reserved in (ledger, data) else release)
+                   for reserved, release in reservations}
         if ledger is not None:
-            privacy["ledger"] = ledger.standing(ledger.settle(out_dir, method.name,
-                                                              outcome.release.with_reads(job.uncovered)))
+            privacy["ledger"] = ledger.standing(settled[ledger])
+        if data is not None:
+            privacy["data_set_ledger"] = data.standing(settled[data])
         # a covered run's models are DP releases: their provenance travels with them, so any of them can be a
         # teacher transcribed at no further cost
         provenance = Provenance.of_run(method.name, privacy, str(out_dir.resolve()))

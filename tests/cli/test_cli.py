@@ -174,6 +174,7 @@ def test_train_private_dpdfd_direct_says_it_has_no_formal_guarantee(tmp_path: Pa
     (("--dataset", "digits", "--epsilon", "0"), "epsilon must be positive"),
     (("--dataset", "digits", "--epsilon", "1", "--delta", "1.5"), "delta must be in (0, 1)"),
     (("--dataset", "digits"), "--epsilon is required"),
+    (("--dataset", "digits", "--epsilon", "1000000"), "above 1000, the largest budget"),  # was a 48 GiB MemoryError
     (("--dataset", "digits", "--epsilon", "1", "--sigma", "0.3"), "> budget 1.0"),
     (("--dataset", "nope", "--epsilon", "1"), "unknown dataset 'nope'"),
     (("--dataset", "digits", "--epsilon", "1", "--resume"), "nothing to resume"),

@@ -41,9 +41,11 @@ def test_uint8_and_float_scaling_reach_exactly_minus_one_and_one():
         assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
 
 
-def test_num_classes_is_inferred_or_given():
+def test_num_classes_is_inferred_from_the_public_labels_or_given():
     x = np.zeros((6, 4, 4), dtype=np.uint8)
-    assert _build(x, y_train=np.array([0, 1, 4, 0, 1, 2]), y_test=np.array([0, 1, 2, 3])).num_classes == 5
+    assert _build(x, y_train=np.array([0, 1, 3, 0, 1, 2]), y_test=np.array([0, 1, 2, 4])).num_classes == 5
+    with pytest.raises(DatasetError, match="no test label holds"):  # a class only the private labels hold
+        _build(x, y_train=np.array([0, 1, 4, 0, 1, 2]), y_test=np.array([0, 1, 2, 3]))
     assert _build(x, num_classes=10).num_classes == 10
     with pytest.raises(DatasetError, match=r"outside \[0, 2\)"):
         _build(x, num_classes=2)

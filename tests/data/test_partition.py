@@ -108,3 +108,18 @@ def test_a_keyed_partition_left_too_small_is_refused_before_training():
 def test_impossible_dirichlet_partitions_are_refused(parts, alpha, message):
     with pytest.raises(ConfigError, match=message):
         dirichlet_partition_indices(LABELS, parts, alpha, seed=0)
+
+
+def test_without_ids_of_its_own_removing_an_example_moves_no_other_between_members():
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (200, 4, 4), dtype=np.uint8)
+    images[7] = images[3]  # two identical examples: each its own copy's id
+    labels = np.arange(200) % 5
+    whole = from_arrays("mine", images, labels, images[:5], labels[:5], "test")
+    fewer = from_arrays("mine", np.delete(images, 11, axis=0), np.delete(labels, 11), images[:5], labels[:5], "test")
+    key = new_partition_key()
+    before = _member_of_each_id(whole.ids_train, partition_indices(whole.ids_train, 4, key))
+    after = _member_of_each_id(fewer.ids_train, partition_indices(fewer.ids_train, 4, key))
+    removed = int(whole.ids_train[11])
+    assert removed not in after and {id_: member for id_, member in before.items() if id_ != removed} == after
+    assert len(set(whole.ids_train.tolist())) == 200 and whole.ids_source != "given"

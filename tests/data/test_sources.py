@@ -85,11 +85,14 @@ def test_bad_npz_contents_are_clear_errors(tmp_path: Path, bad, message):
         load_dataset(str(tmp_path / "bad.npz"))
 
 
-def test_npz_ids_name_the_training_images_and_default_to_positions(tmp_path: Path):
+def test_npz_ids_name_the_training_images_and_default_to_content_digests(tmp_path: Path):
     arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
               "x_test": np.zeros((2, 4, 4)), "y_test": np.zeros(2, dtype=np.int64)}
     np.savez(tmp_path / "plain.npz", **arrays)
-    assert load_dataset(str(tmp_path / "plain.npz")).ids_train.tolist() == [0, 1, 2, 3, 4]
+    plain = load_dataset(str(tmp_path / "plain.npz")).ids_train
+    assert len(set(plain.tolist())) == 5  # identical examples: ids of their first, second, ... copy
+    np.savez(tmp_path / "fewer.npz", **{**arrays, "x_train": arrays["x_train"][1:], "y_train": arrays["y_train"][1:]})
+    assert load_dataset(str(tmp_path / "fewer.npz")).ids_train.tolist() == plain[:4].tolist()  # no renumbering
     np.savez(tmp_path / "named.npz", **arrays, ids_train=np.array([90, 7, 31, -4, 12], dtype=np.int32))
     dataset = load_dataset(str(tmp_path / "named.npz"))
     assert dataset.ids_train.dtype == torch.int64 and dataset.ids_train.tolist() == [90, 7, 31, -4, 12]
@@ -264,3 +267,14 @@ def test_real_mnist_10k(home: Path):
     assert ((test_counts - torch.tensor(MNIST_COUNTS) * 0.2).abs() <= 1).all()
     assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
     assert "8,000 train / 2,000 test" in dataset.source
+
+
+def test_the_number_of_classes_comes_from_public_labels_or_a_declaration(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (30, 6, 6), dtype=np.uint8), "y_train": np.arange(30) % 5,
+              "x_test": rng.integers(0, 256, (10, 6, 6), dtype=np.uint8), "y_test": np.arange(10) % 4}
+    np.savez(tmp_path / "private-class.npz", **arrays)  # class 4 only among the private labels
+    with pytest.raises(DatasetError, match="which no test label holds"):
+        load_dataset(str(tmp_path / "private-class.npz"))
+    np.savez(tmp_path / "declared.npz", **arrays, num_classes=np.int64(6))
+    assert load_dataset(str(tmp_path / "declared.npz")).num_classes == 6

@@ -16,7 +16,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.federated.answers import bounded_gradients, owner_answer
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory
-from dpdistill.federated.protocol import GRID_STEPS, AnswerRejected, GradientAnswer, Wire
+from dpdistill.federated.protocol import GRID_STEPS, AnswerRejected, GradientAnswer, RunTerms, Wire
 from dpdistill.federated.transcription import OwnersAnnotator
 from dpdistill.methods.federated import FederationError, ServerPlan
 from dpdistill.models.registry import build_classifier
@@ -25,7 +25,8 @@ from dpdistill.pipeline import federated
 from safetensors.torch import load_file, save_file
 
 ANSWER = GradientAnswer(top_k=3)
-WIRE = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10), ANSWER)
+WIRE = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10), ANSWER,
+            RunTerms("test-run", 256, 5, 0, 1, 1e-5))
 
 
 def teachers(count: int) -> list[torch.nn.Module]:
@@ -38,10 +39,11 @@ def queries(rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(rows, 1, 8, 8, generator=generator) * 2 - 1, torch.randn(rows, 10, generator=generator)
 
 
-def test_the_owners_sum_is_their_bounded_gradients_on_the_grid_plus_the_planned_noise():
+def test_the_owners_sum_is_their_bounded_gradients_on_the_grid_plus_the_planned_noise(tmp_path):
     images, logits = queries(256)
     owners = teachers(5)
-    shares = sum(owner_answer(teacher, [images.numpy(), logits.numpy()], WIRE.to_json()) for teacher in owners)
+    shares = sum(owner_answer(tmp_path, teacher, [images.numpy(), logits.numpy()], WIRE.to_json())
+                 for teacher in owners)
     exact = sum(torch.trunc(bounded_gradients(teacher, images, logits, ANSWER)) for teacher in owners)
     residual = torch.from_numpy(shares) - exact.double()
     assert residual.std().item() == pytest.approx(WIRE.share_sigma * math.sqrt(5), rel=0.1)
@@ -59,12 +61,12 @@ def test_one_example_moves_an_owners_integer_row_within_the_accounted_sensitivit
     assert distance.max().item() > GRID_STEPS  # of the bound's order: two teachers' gradients can disagree wholly
 
 
-def test_an_owner_refuses_malformed_student_logits():
+def test_an_owner_refuses_malformed_student_logits(tmp_path):
     images, logits = queries(8)
     teacher = teachers(1)[0]
     for bad in (logits[:, :9], torch.full_like(logits, float("nan"))):
         with pytest.raises(AnswerRejected, match="student logits"):
-            owner_answer(teacher, [images.numpy(), bad.numpy()], WIRE.to_json())
+            owner_answer(tmp_path, teacher, [images.numpy(), bad.numpy()], WIRE.to_json())
 
 
 def test_the_server_moves_the_students_logits_against_the_mean_noisy_gradient_and_charges_lost_rounds():

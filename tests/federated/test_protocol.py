@@ -10,8 +10,9 @@ import torch
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
 
 from dpdistill.errors import ConfigError, PrivacyParameterError
-from dpdistill.federated.protocol import (AnswerRejected, Encoding, Wire, check_dropouts, checked_answer,
-                                          noisy_share, query_cost)
+from dpdistill.federated.protocol import (AnswerRejected, Encoding, RunTerms, Wire, admit, check_dropouts,
+                                          checked_answer, noisy_share, query_cost, refusal)
+from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 
 VOTES = Wire(10, (1, 8, 8), 3.0, 64, 4.0, math.sqrt(2))
@@ -58,7 +59,7 @@ def test_each_owner_adds_integer_noise_of_the_planned_size():
 
 
 def test_a_query_costs_what_one_vote_moves_and_a_clipped_row_stays_within_its_bound():
-    assert query_cost(VOTES, 5, 0).sensitivity == pytest.approx(math.sqrt(2))  # one vote: two counts by one
+    assert query_cost(VOTES, 5, 0, 1).sensitivity == pytest.approx(math.sqrt(2))  # one vote: two counts by one
     rows = torch.zeros(1, 10)
     rows[0, :2] = 3.0  # no honest vote row (4 members) looks like this: clipped, then back onto the integers
     share = noisy_share(checked_answer(rows, 1, VOTES), dataclasses.replace(VOTES, share_sigma=1e-9), noise_source())
@@ -70,3 +71,68 @@ def test_secure_aggregation_needs_a_threshold_above_half():
     for owners, dropouts in ((5, 3), (4, 2), (1, 0)):
         with pytest.raises(ConfigError):
             check_dropouts(owners, dropouts)
+
+
+def test_secure_aggregation_unmasks_only_sums_of_owners_minus_dropouts_whoever_answers_the_roll_call():
+    from dpdistill.federated.server_app import FederationPlan, secagg_workflow
+
+    plan = FederationPlan(VOTES, owners=5, dropouts=2, journal_dir="", stage_timeout=None)
+    workflow = secagg_workflow(plan, Encoding(VOTES.clipping_range))
+    # an integer is a count: Flower scales a float by the owners present at each round's roll call, and with 3 of 5
+    # present a fraction 3 / 5 would let SecAgg+ unmask a sum of 2
+    assert workflow.reconstruction_threshold == 3 and isinstance(workflow.reconstruction_threshold, int)
+
+
+@pytest.mark.parametrize("owners, dropouts", [(2, 0), (5, 2)])
+def test_the_stated_epsilon_holds_against_an_owner_who_knows_its_own_share(owners: int, dropouts: int):
+    from dpdistill.federated.config import FederatedConfig
+    from dpdistill.methods.federated import calibrated_wire
+
+    config = FederatedConfig(epsilon=1.0, dataset="digits", clients=owners, dropouts=dropouts)
+    assert config.colluders == 1  # every owner is one: the default
+    wire, query = calibrated_wire(config, VOTES, 100)
+    assert query.epsilon(100, 1e-5) <= 1.0
+    # what a curious owner sees: the sums minus its own share, protected by the others' shares alone
+    others = dataclasses.replace(query, owners=owners - 1, dropouts=dropouts, colluders=0)
+    assert others.epsilon(100, 1e-5) == pytest.approx(query.epsilon(100, 1e-5), rel=1e-9)
+    careless = calibrated_wire(dataclasses.replace(config, colluders=0), VOTES, 100)[1]  # shares for all owners
+    assert dataclasses.replace(careless, owners=owners - 1, colluders=0).epsilon(100, 1e-5) > 1.2
+
+
+def test_colluders_must_leave_an_honest_share():
+    with pytest.raises(ConfigError, match="colluders"):
+        check_dropouts(5, 2, 3)
+
+
+TERMS = RunTerms("run-a", 100, 5, 1, 1, 1e-5)
+
+
+def test_an_owners_client_charges_its_own_ledger_for_the_planned_run_then_every_row_past_it(tmp_path):
+    wire = dataclasses.replace(VOTES, terms=TERMS)
+    query = query_cost(wire, 5, 1, 1)
+    admit(tmp_path, wire, 60)
+    state = ReleaseLedger(tmp_path).read()
+    assert state.spent() == pytest.approx(Release.of_query(query, 100, 1e-5).epsilon)  # the plan, from the first
+    admit(tmp_path, wire, 60)  # 120 rows: a round asked again after a failure costs more
+    (entry,) = ReleaseLedger(tmp_path).read().entries
+    assert entry.answered == 120 and entry.release.epsilon == pytest.approx(Release.of_query(query, 120, 1e-5).epsilon)
+
+
+def test_an_owners_client_refuses_past_its_total_with_its_local_releases_and_keeps_the_reason(tmp_path):
+    wire = dataclasses.replace(VOTES, terms=TERMS)
+    run_cost = Release.of_query(query_cost(wire, 5, 1, 1), 100, 1e-5).epsilon
+    ledger = ReleaseLedger(tmp_path)
+    ledger.reserve(tmp_path / "local-pate", "pate", Release.of_query(query_cost(wire, 5, 1, 1), 100, 1e-5))
+    ledger.set_total(1.5 * run_cost)  # room for one of the two: the local release composes with the federation's
+    with pytest.raises(AnswerRejected, match="past its privacy budget"):
+        admit(tmp_path, wire, 10)
+    assert "past its privacy budget" in refusal(tmp_path, "run-a") and refusal(tmp_path, "run-b") is None
+    assert len(ledger.read().entries) == 1  # the refused run charged nothing
+
+
+def test_an_owners_client_refuses_a_run_without_terms_or_whose_noise_drops(tmp_path):
+    with pytest.raises(AnswerRejected, match="no run terms"):
+        admit(tmp_path, VOTES, 10)
+    admit(tmp_path, dataclasses.replace(VOTES, terms=TERMS), 10)
+    with pytest.raises(AnswerRejected, match="changed its noise"):
+        admit(tmp_path, dataclasses.replace(VOTES, share_sigma=1.0, terms=TERMS), 10)

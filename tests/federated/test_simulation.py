@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dpdistill.data import load_dataset
+from dpdistill.errors import BudgetExceededError
 from dpdistill.data.public import public_split
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory
@@ -19,6 +20,7 @@ from dpdistill.methods.pate import ANSWERS_FILE
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.ensemble import plurality_counts
 from dpdistill.pipeline import federated
+from dpdistill.privacy.ledger import Budget, ReleaseLedger
 
 pytestmark = pytest.mark.slow
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
@@ -96,3 +98,34 @@ def test_without_dropouts_a_refused_owner_stops_the_run_and_resume_finishes_it(t
     report = federated(None, out, resume=True)
     assert report["federation"]["contributors"] == [5, 5] and report["resumed"] is True
     assert json.loads((owners / "ledger.json").read_text())["entries"][-1]["status"] == "spent"
+
+
+@pytest.fixture
+def kept_ledgers(owners: Path):
+    """The owners' ledgers as they were, restored after a test that sets their totals."""
+    paths = [owners / "ledger.json", owner_directory(owners, 3) / "ledger.json"]
+    saved = {path: path.read_bytes() if path.exists() else None for path in paths}
+    yield
+    for path, content in saved.items():
+        path.unlink(missing_ok=True)
+        if content is not None:
+            path.write_bytes(content)
+
+
+def test_an_owners_client_enforces_its_own_budget_and_the_server_says_why(tmp_path: Path, owners: Path,
+                                                                        kept_ledgers):
+    ledger = ReleaseLedger(owner_directory(owners, 3))
+    spent = ledger.read().spent()
+    ledger.set_total(spent + 1.0)  # no room for another run at epsilon 30
+    with pytest.raises(FederationError, match="owner-003 refused: .*past its privacy budget"):
+        run(tmp_path / "run", owners, **QUICK_STUDENT)
+    assert ledger.read().spent() == pytest.approx(spent)  # it answered nothing
+    assert not list((tmp_path / "run" / "private").rglob("round-*.safetensors"))  # and nothing was revealed
+
+
+def test_federated_budget_caps_every_run_of_the_owners_before_any_round(tmp_path: Path, owners: Path, kept_ledgers):
+    before = ReleaseLedger(owner_directory(owners, 0)).read().spent()
+    with pytest.raises(BudgetExceededError, match="past its privacy budget"):
+        federated(FederatedConfig(**{"epsilon": 30.0, **SETTINGS, **QUICK_STUDENT}), tmp_path / "run", owners,
+                  budget=Budget(ReleaseLedger(owners).read().spent() + 1.0, 1e-5))
+    assert ReleaseLedger(owner_directory(owners, 0)).read().spent() == before  # no owner was asked

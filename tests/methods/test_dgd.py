@@ -4,13 +4,15 @@ refused before any work."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
+import dp_accounting
 import pytest
 import torch
 
 from dpdistill.data import load_dataset
-from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
 from dpdistill.methods import pate as pate_module
 from dpdistill.methods.dgd import (GENERATOR_STATE, DgdConfig, build_dgd_config, paper_epsilon,
                                    parse_dgd_assignments)
@@ -18,6 +20,7 @@ from dpdistill.methods.pate import ANSWERS_FILE, Answers
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.pipeline import dgd
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
+from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
 from helpers import write_sample_source
 
@@ -127,3 +130,14 @@ def test_a_baseline_that_is_an_ensemble_is_refused_before_any_answer(digits_ense
     with pytest.raises(ConfigError, match="not a directory"):
         dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(tmp_path / "none"), settings=TINY), tmp_path / "run")
     assert not (tmp_path / "run" / "private").exists()
+
+
+def test_faithful_dgd_records_its_read_of_the_baseline_in_the_baselines_ledger(digits_ensemble: Path,
+                                                                               digits_teacher: Path, tmp_path: Path):
+    baseline = Path(shutil.copytree(digits_teacher, tmp_path / "baseline",  # without other tests' releases
+                                    ignore=shutil.ignore_patterns("ledger.json", ".ledger.lock", ".lock")))
+    dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(baseline), settings=TINY), tmp_path / "run")
+    [entry] = ReleaseLedger(baseline).read().entries
+    assert (entry.method, entry.status, entry.release.event) == ("dgd", "spent", dp_accounting.NonPrivateDpEvent())
+    with pytest.raises(BudgetExceededError, match="spent epsilon=inf"):
+        ReleaseLedger(baseline).set_total(10.0)

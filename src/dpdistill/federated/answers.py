@@ -3,14 +3,15 @@ counts (PATE) or their bounded distillation gradients at the student's logits (F
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Wire, checked_answer,
-                                          noisy_share)
+from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Wire, admit,
+                                          checked_answer, noisy_share)
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.mechanisms import bounded_output_gradient
 from dpdistill.privacy.randomness import noise_source
@@ -42,9 +43,10 @@ def bounded_gradients(teacher: torch.nn.Module, images: Tensor, student_logits: 
     return bounded.view(members, rows, classes).sum(0)
 
 
-def owner_answer(teacher: torch.nn.Module, arrays: list[np.ndarray], wire_json: dict[str, Any]) -> np.ndarray:
-    """The owner's contribution to the round's secure sum: checked, with its noise share. `arrays` holds the
-    query images, and for gradients the student's logits on them."""
+def owner_answer(owner_dir: Path, teacher: torch.nn.Module, arrays: list[np.ndarray], wire_json: dict[str, Any]
+                 ) -> np.ndarray:
+    """The owner's contribution to the round's secure sum: charged to the owner's ledger, checked, with its noise
+    share. `arrays` holds the query images, and for gradients the student's logits on them."""
     wire = Wire.from_json(wire_json)
     images = torch.from_numpy(np.asarray(arrays[0], dtype=np.float32))
     if tuple(images.shape[1:]) != wire.in_shape:
@@ -57,4 +59,6 @@ def owner_answer(teacher: torch.nn.Module, arrays: list[np.ndarray], wire_json: 
             raise AnswerRejected(f"student logits of shape {tuple(student_logits.shape)} for {len(images)} queries "
                                  f"of {wire.num_classes} classes, or not finite")
         answer = bounded_gradients(teacher, images, student_logits, wire.gradient)
-    return noisy_share(checked_answer(answer, len(images), wire), wire, noise_source())
+    checked = checked_answer(answer, len(images), wire)
+    admit(owner_dir, wire, len(images))
+    return noisy_share(checked, wire, noise_source())

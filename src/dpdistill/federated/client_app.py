@@ -39,7 +39,7 @@ class OwnerClient(NumPyClient):
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
         from dpdistill.federated.answers import owner_answer
 
-        return [owner_answer(self._teacher(), parameters, json.loads(str(config["wire"])))], 1, {}
+        return [owner_answer(self.owner_dir, self._teacher(), parameters, json.loads(str(config["wire"])))], 1, {}
 
     def _teacher(self) -> Any:
         key = str(self.owner_dir.resolve())

@@ -34,6 +34,7 @@ class FederatedConfig:
     delta: float = 1e-5
     dirichlet_alpha: float | None = None  # owners' holdings: Dirichlet(alpha) per class; None: an even keyed split
     dropouts: int = 0  # owners that may fail in a round while the sum still carries the planned noise
+    colluders: int = 1  # owners whose noise shares an adversary may know: every owner knows its own, so at least 1
     engine: str = "simulation"
     members_per_owner: int | None = None  # None: DEFAULT_MEMBERS of the method
     teacher_arch: str = "cnn"
@@ -71,7 +72,7 @@ class FederatedConfig:
             raise ConfigError(f"unknown federated method {self.method!r}; choose one of {', '.join(FEDERATED_METHODS)}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
-        check_dropouts(self.clients, self.dropouts)
+        check_dropouts(self.clients, self.dropouts, self.colluders)
         if self.dirichlet_alpha is not None and not self.dirichlet_alpha > 0:
             raise ConfigError(f"the Dirichlet concentration must be positive, got {self.dirichlet_alpha}")
         for name in ("members", "round_queries", "teacher_epochs"):

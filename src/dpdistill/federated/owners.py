@@ -32,6 +32,14 @@ def owner_directory(root: Path, index: int) -> Path:
     return root / f"owner-{index:03d}"
 
 
+def owner_directories(root: Path) -> list[Path]:
+    """The owners prepared in `root` (none: it holds no owners)."""
+    path = root / OWNERS_FILE
+    if not path.is_file():
+        return []
+    return [owner_directory(root, index) for index in range(int(json.loads(path.read_text())["owners"]))]
+
+
 def owners_spec(config: FederatedConfig) -> dict[str, Any]:
     """What fixes the owners: the same spec in the same directory means the same owners (and their ledger)."""
     return {"dataset": config.dataset, "owners": config.clients, "dirichlet_alpha": config.dirichlet_alpha,

@@ -18,21 +18,26 @@ integer grid, plus its own share of discrete Gaussian noise, drawn from secret r
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery
+from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.privacy.randomness import NoiseSource
+from dpdistill.reporting.report import write_json
 
 TAIL_SIGMAS = 40  # C >= largest answer + 40 share sigmas: a discrete Gaussian share passes it w.p. < exp(-800)
 CLIP_TAIL = 1e-300  # a bound on the chance that any share in a run is clipped, at TAIL_SIGMAS
 MODULUS_BITS = 32  # SecAgg+'s modulus: the sum of every owner's shifted answer must stay below 2^32
+REFUSED_FILE = "refused.json"  # an owner's last refusal to answer, with the run and the reason
 GRID_STEPS = 1024  # FedDPSD: a member's gradient of norm up to beta is sent in units of beta / GRID_STEPS
 
 
@@ -96,6 +101,19 @@ class GradientAnswer:
 
 
 @dataclass(frozen=True)
+class RunTerms:
+    """What an owner's client needs to account a run in its own ledger, whatever the server reports: the run's
+    name and the plan its noise was sized for."""
+
+    run: str  # random, drawn when the run is planned; a resumed run keeps it
+    queries: int  # query rows the run plans to ask
+    owners: int
+    dropouts: int
+    colluders: int
+    delta: float
+
+
+@dataclass(frozen=True)
 class Wire:
     """Everything an owner needs to answer a round, fixed by the server's plan and sent with each round."""
 
@@ -108,15 +126,17 @@ class Wire:
     member_sensitivity: float  # how far one example moves that row: one vote, two counts by one (gradients:
     # GradientAnswer.sensitivity)
     gradient: GradientAnswer | None = None  # None: the owners vote
+    terms: RunTerms | None = None  # set once the run is planned
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Wire":
-        gradient = data.get("gradient")
+        gradient, terms = data.get("gradient"), data.get("terms")
         return cls(**{**data, "in_shape": tuple(data["in_shape"]),
-                      "gradient": None if gradient is None else GradientAnswer(**gradient)})
+                      "gradient": None if gradient is None else GradientAnswer(**gradient),
+                      "terms": None if terms is None else RunTerms(**terms)})
 
 
 def checked_answer(answer: Tensor, rows: int, wire: Wire) -> Tensor:
@@ -138,17 +158,49 @@ def noisy_share(answer: Tensor, wire: Wire, noise: NoiseSource) -> np.ndarray:
     return Encoding(wire.clipping_range).encode(counts + share)
 
 
-def query_cost(wire: Wire, owners: int, dropouts: int) -> DistributedDiscreteGaussianQuery:
+def admit(owner_dir: Path, wire: Wire, rows: int) -> None:
+    """The owner's own budget, checked by its client before it answers: `rows` answers of this run are charged to
+    the ledger in the owner's folder (where its local releases are recorded too), at the cost the owner computes
+    from the noise it adds and the run's terms. Refused (`AnswerRejected`, the reason kept in REFUSED_FILE) past the
+    owner's total, without terms, or when the noise changes within a run."""
+    terms = wire.terms
+    if terms is None:
+        reason = "the server sent no run terms: an owner answers only runs its own ledger can account"
+    else:
+        try:
+            query = query_cost(wire, terms.owners, terms.dropouts, terms.colluders)
+            ReleaseLedger(owner_dir).answer(terms.run, query, rows, terms.queries, terms.delta)
+            return
+        except (BudgetExceededError, PrivacyParameterError) as error:
+            reason = str(error)
+    write_json(owner_dir / REFUSED_FILE, {"run": None if terms is None else terms.run, "reason": reason})
+    raise AnswerRejected(reason)
+
+
+def refusal(owner_dir: Path, run: str) -> str | None:
+    """Why the owner refused to answer `run`, if it did."""
+    path = owner_dir / REFUSED_FILE
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return str(record["reason"]) if record.get("run") == run else None
+
+
+def query_cost(wire: Wire, owners: int, dropouts: int, colluders: int) -> DistributedDiscreteGaussianQuery:
     """One query row's privacy cost: one example changes one member of one owner, moving that owner's row by
-    `member_sensitivity`."""
+    `member_sensitivity`; protected by the shares of the honest owners among those that answer."""
     return DistributedDiscreteGaussianQuery(wire.share_sigma, wire.member_sensitivity, wire.num_classes, owners,
-                                            dropouts)
+                                            dropouts, colluders)
 
 
-def check_dropouts(owners: int, dropouts: int) -> None:
-    """SecAgg+ is secure only while the reconstruction threshold owners - dropouts exceeds half the owners."""
+def check_dropouts(owners: int, dropouts: int, colluders: int = 0) -> None:
+    """SecAgg+ is secure only while the reconstruction threshold owners - dropouts exceeds half the owners, and the
+    noise protects only while an honest share remains beside the colluders'."""
     if owners < 2:
         raise ConfigError(f"secure aggregation needs at least 2 data owners, got {owners}")
     if not 0 <= dropouts or 2 * (owners - dropouts) <= owners:
         raise ConfigError(f"{owners} owners tolerate 0 to {(owners - 1) // 2} dropouts (the threshold must stay "
                           f"above half), got {dropouts}")
+    if not 0 <= colluders < owners - dropouts:
+        raise ConfigError(f"{owners} owners with {dropouts} dropouts tolerate 0 to {owners - dropouts - 1} colluders "
+                          f"(one honest share must remain in every sum), got {colluders}")

@@ -51,6 +51,7 @@ class FederationPlan:
     stage_timeout: float | None  # None: wait for every owner's reply (a simulation)
     method: str = "pate"
     members: int = 1  # each owner's
+    colluders: int = 0  # owners whose shares an adversary may know: the noise was sized for the rest
     # PATE
     round_queries: int = 0
     queries_file: str = ""  # safetensors with "images": the public (or covered synthetic) images asked about
@@ -149,6 +150,16 @@ class _OneRound(Strategy):
 LOST = "lost"  # a round that reached SecAgg+'s unmasking and failed there
 
 
+def secagg_workflow(plan: FederationPlan, encoding: Encoding) -> SecAggPlusWorkflow:
+    """SecAgg+ on the full graph (every present owner holds a share of every other's keys) that unmasks a sum only
+    with at least owners - dropouts contributors. The threshold is an integer: Flower reads a float as a fraction
+    of the owners present at that round's roll call, so with owners missing it would unmask fewer contributors'
+    sum than the noise was sized for."""
+    return SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=int(plan.owners - plan.dropouts),
+                              max_weight=1.0, clipping_range=float(encoding.clipping_range),
+                              quantization_range=encoding.quantization_range, timeout=plan.stage_timeout)
+
+
 def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.ndarray], plan: FederationPlan,
                index: int) -> tuple[Tensor, int] | str | None:
     """The owners' summed noisy answers to `arrays` and how many owners contributed; None when fewer than the
@@ -161,9 +172,7 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.n
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: index + 1})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
     threshold = plan.owners - plan.dropouts
-    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=threshold / plan.owners, max_weight=1.0,
-                                  clipping_range=float(encoding.clipping_range),
-                                  quantization_range=encoding.quantization_range, timeout=plan.stage_timeout)
+    workflow = secagg_workflow(plan, encoding)
     state = WorkflowState()  # the workflow's own stages, one by one: where it stops decides what was revealed
     for stage in (workflow.setup_stage, workflow.share_keys_stage, workflow.collect_masked_vectors_stage):
         if not stage(grid, legacy, state):

@@ -31,10 +31,11 @@ from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 RESULT_DIR = "result"
 
 
-def gradient_privacy_plan(config: TranscriptionConfig, wire: Wire, owners: int, dropouts: int) -> PrivacyPlan:
+def gradient_privacy_plan(config: TranscriptionConfig, wire: Wire, owners: int, dropouts: int,
+                          colluders: int) -> PrivacyPlan:
     """The engine's plan for owners' answers: every synthetic sample one distributed discrete Gaussian query."""
     count = config.query_iterations(config.iterations) * config.batch_size
-    return PrivacyPlan(config.privacy, query_cost(wire, owners, dropouts), count, count, wire.num_classes,
+    return PrivacyPlan(config.privacy, query_cost(wire, owners, dropouts, colluders), count, count, wire.num_classes,
                        config.batch_size)
 
 
@@ -70,7 +71,8 @@ def run_transcription(rounds: Rounds) -> None:
     engine = TranscriptionEngine(config, None, wire.in_shape, wire.num_classes,
                                  evaluation_set(plan.dataset, wire.in_shape, wire.num_classes), work_dir,
                                  owners=annotator,
-                                 privacy_plan=gradient_privacy_plan(config, wire, plan.owners, plan.dropouts))
+                                 privacy_plan=gradient_privacy_plan(config, wire, plan.owners, plan.dropouts,
+                                                                    plan.colluders))
     resume = engine.journal.iterations() or (work_dir / "resume" / STATE_SKELETON).exists()
     result = engine.run(resume=bool(resume))
     save_state(work_dir / "resume" / RESULT_DIR, {
@@ -91,6 +93,6 @@ def read_result(plan: FederationPlan) -> TranscriptionResult | None:
     generator = build_generator(config.latent_dim, wire.in_shape, config.generator_width)
     generator.load_state_dict(saved["generator"])
     return TranscriptionResult(student.eval(), generator.eval(), saved["latents"],
-                               gradient_privacy_plan(config, wire, plan.owners, plan.dropouts),
+                               gradient_privacy_plan(config, wire, plan.owners, plan.dropouts, plan.colluders),
                                int(saved["answered"]), saved["history"], float(saved["wall_seconds"]),
                                noise_source(), saved["phases"])

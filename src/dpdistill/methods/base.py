@@ -63,10 +63,20 @@ class Job(ABC):
     ledger_dir: Path | None = None  # the teacher whose ledger records the release (None: no teacher is asked)
     planned: Release | None = None
     uncovered: Sequence[UncoveredRead] = ()  # the reads no mechanism protects, known when planned; the most sweeping first
+    # other models the run reads, each with what it releases from them, recorded in their own ledgers as the
+    # teacher's (DGD's baseline, read without noise by its generator)
+    also_reads: Sequence[tuple[Path, Release]] = ()
+    # the data set the release comes from (its digest and name; None: not known), whose ledger records it too
+    data_set: tuple[str, str] | None = None
 
     @abstractmethod
     def run(self, resume: bool) -> Outcome:
         """Run (or continue) the method; the lifecycle saves and reports what it returns."""
+
+    def asked(self) -> bool:
+        """Whether the run may have released anything from its teacher: its first query began. A run that fails
+        before that keeps no reservation in the teacher's ledger. True unless the job knows better."""
+        return True
 
 
 class Method(ABC):

@@ -32,7 +32,7 @@ from dpdistill.methods.base import Job, Needs, Outcome, Progress, Source
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
-from dpdistill.privacy.ledger import event_to_json, reproducible_noise_read
+from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.reporting.report import datalens_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens
@@ -131,6 +131,8 @@ class DataLensJob(Job):
         self.plan = plan_datalens(config)
         self.trainer = DataLensTrainer(config, self.dataset, self.plan, release_state(out_dir), progress)
         self.uncovered = reproducible_noise_read(config.reproducible_noise)
+        self.planned = Release(self.plan.release_event(), config.delta, self.plan.epsilon(config.delta))
+        self.data_set = (self.dataset.digest, config.dataset)  # whose ledger records the release
 
     def run(self, resume: bool) -> Outcome:
         config, dataset = self.config, self.dataset

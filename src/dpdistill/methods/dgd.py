@@ -187,16 +187,23 @@ class DgdJob(PateJob):
     source's."""
 
     def __init__(self, teacher_dir: Path, config: DgdConfig, state_dir: Path, progress: Progress | None) -> None:
-        super().__init__(teacher_dir, config.labelling, state_dir, progress)
+        super().__init__(teacher_dir, config.labelling, state_dir, progress, public_pool=not config.faithful)
         self.config = self.dgd = config
         self.baseline: Classifier | None = None
         if config.faithful:
             self.baseline = self._read_baseline(Path(config.baseline))
-            self.synthetic_size = config.synthetic_size or len(self.evaluation.y_train)
+            # as many images as private examples, counted by the data set's declared size: the exact count is private
+            self.synthetic_size = config.synthetic_size or self.evaluation.declared_size
+            if self.synthetic_size is None:
+                raise ConfigError(f"{self.dataset_name} declares no training-set size: give the number of images "
+                                  f"DGD's generator makes with --set synthetic_size=N (the exact count is private)")
             if config.labelling.queries > self.synthetic_size:
                 raise ConfigError(f"{config.labelling.queries} queries need at least as many synthetic images; "
                                   f"synthetic_size is {self.synthetic_size}")
             self.uncovered = [baseline_read(config.baseline), *self.uncovered]
+            # the baseline's own ledger records the read: unbounded, refused where it has a total
+            self.also_reads = [(Path(config.baseline), Release(dp_accounting.NonPrivateDpEvent(), config.labelling.delta,
+                                                               math.inf))]
 
     def _read_baseline(self, baseline_dir: Path) -> Classifier:
         """The baseline, refused unless it is one classifier on the ensemble's inputs and classes."""

@@ -23,7 +23,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Progress, Source
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
-from dpdistill.privacy.ledger import event_to_json, reproducible_noise_read
+from dpdistill.privacy.accounting import composed_epsilon
+from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.reporting.report import mean_embedding_markdown
 from dpdistill.runs import release_state, saved_config
@@ -90,6 +91,9 @@ class DpMerfJob(Job):
         self.synthesizer = MeanEmbeddingSynthesizer(config, self.dataset, self.plan, self.noise,
                                                     release_state(out_dir), progress)
         self.uncovered = reproducible_noise_read(config.reproducible_noise)
+        self.planned = Release(self.plan.release_event(), config.delta,
+                               composed_epsilon(self.plan.query, 1, config.delta))  # recorded in the data set's ledger
+        self.data_set = (self.dataset.digest, config.dataset)
 
     def run(self, resume: bool) -> Outcome:
         config, dataset = self.config, self.dataset

@@ -145,6 +145,7 @@ class TranscriptionEngine:
         # compared at the same temperature. Private targets are probabilities at temperature 1.
         self.fit_temperature = config.temperature if config.privacy.mode == "none" else 1.0
         self.iteration = 0
+        self.started = False  # whether the loop began: from then on the teacher may have been asked
         self.pretrained = 0  # generator pretraining steps done
         self.history: list[dict] = []
 
@@ -362,6 +363,7 @@ class TranscriptionEngine:
                               f"again would spend the budget twice)")
         timings: dict[str, float] = defaultdict(float)
         started = time.perf_counter()
+        self.started = True
         self.pretrain_generator(timings)
         while self.iteration < self.config.iterations:
             losses = self.step(timings)

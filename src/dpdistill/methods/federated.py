@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import secrets
 import shutil
 import threading
 import time
@@ -37,7 +38,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
 from dpdistill.federated.owners import check_owners, owner_directory
-from dpdistill.federated.protocol import CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, Wire, query_cost
+from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire, query_cost,
+                                          refusal)
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.transcription import read_result
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
@@ -93,9 +95,9 @@ def calibrated_wire(config: FederatedConfig, template: Wire, queries: int
                     ) -> tuple[Wire, DistributedDiscreteGaussianQuery]:
     """Each owner's noise share for `queries` answers of the `template`'s form within the budget, and the wire that
     carries them (its integer encoding sized for answers up to the row bound plus the noise)."""
-    owners, dropouts = config.clients, config.dropouts
-    query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts),
-                      queries, config.epsilon, config.delta)
+    owners, dropouts, colluders = config.clients, config.dropouts, config.colluders
+    query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts,
+                                               colluders), queries, config.epsilon, config.delta)
     encoding = Encoding.for_answers(template.row_bound, query.share_sigma, owners)
     return dataclasses.replace(template, share_sigma=query.share_sigma,
                                clipping_range=encoding.clipping_range), query
@@ -155,6 +157,8 @@ class FederatedJob(Job):
         self.config, self.progress = config, progress
         self.ledger_dir = owners_root
         self.planned = Release.of_query(self.server.query, self.server.queries, config.delta)
+        # the owners simulated here hold parts of this data set: its ledger records their answers
+        self.data_set = (self.server.evaluation.digest, config.dataset)
         self.state_dir = release_state(out_dir)
 
     def _write_plan(self) -> FederationPlan:
@@ -163,8 +167,11 @@ class FederatedJob(Job):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # a simulated owner cannot vanish, and its stages queue on this machine's workers: wait for every reply
         timeout = config.stage_timeout if config.engine == "deployment" else None
-        plan = FederationPlan(server.wire, config.clients, config.dropouts,
-                              str((self.state_dir / ROUNDS_DIR).resolve()), timeout, config.method, config.members)
+        terms = RunTerms(secrets.token_hex(8), server.queries, config.clients, config.dropouts, config.colluders,
+                         config.delta)
+        plan = FederationPlan(dataclasses.replace(server.wire, terms=terms), config.clients, config.dropouts,
+                              str((self.state_dir / ROUNDS_DIR).resolve()), timeout, config.method, config.members,
+                              config.colluders)
         if server.pate is not None:
             indices = choose_queries(server.split.pool, server.pate)
             tensors = {"images": server.split.pool[indices].contiguous(), "indices": indices.contiguous()}
@@ -224,8 +231,11 @@ class FederatedJob(Job):
                 failure = journal.failure() or {"round": index, "reason": self._stopped(federation)}
                 where = (f"at round {failure['round'] + 1} of {total}" if failure["round"] >= 0
                          else "before its first round")
+                refused = [f"{directory.name} refused: {reason}" for directory in self.owner_dirs
+                           if (reason := refusal(directory, plan.wire.terms.run)) is not None]
                 raise FederationError(
-                    f"the federation stopped {where}: {failure['reason']}; the rounds before it are kept and the "
+                    f"the federation stopped {where}: {failure['reason']}"
+                    f"{''.join(f' ({line})' for line in refused)}; the rounds before it are kept and the "
                     f"whole budget stays reserved: --resume continues once the owners are back")
             kept.append(result)
         if all(result is None for result in kept):
@@ -270,6 +280,7 @@ class FederatedJob(Job):
                 "epsilon_add_remove": self.planned.epsilon, "epsilon_rdp": self.planned.epsilon,
                 "budget_epsilon": config.epsilon, "mode": "data", "owners": config.clients,
                 "dropouts": config.dropouts, "threshold": config.clients - config.dropouts,
+                "colluders": config.colluders, "honest_shares": server.query.honest,
                 "share_sigma": server.wire.share_sigma, "sigma_at_threshold": server.query.total_sigma,
                 "noise_multiplier": server.query.noise_multiplier, "clipping_range": server.wire.clipping_range,
                 "clip_probability_bound": CLIP_TAIL, "noise": noise_source().description}

@@ -41,7 +41,8 @@ from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
-from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
+from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
+                                       teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
@@ -410,7 +411,8 @@ class PATE(Method):
 class PateJob(Job):
     """PATE planned on an ensemble: one answer per query."""
 
-    def __init__(self, teacher_dir: Path, config: PateConfig, state_dir: Path, progress: Progress | None) -> None:
+    def __init__(self, teacher_dir: Path, config: PateConfig, state_dir: Path, progress: Progress | None,
+                 public_pool: bool = True) -> None:
         self.ensemble, self.meta = read_teacher(teacher_dir)
         if not isinstance(self.ensemble, TeacherEnsemble):
             raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
@@ -436,20 +438,38 @@ class PateJob(Job):
         self.uncovered = ((self.source.uncovered if self.source else [])
                           + partition_reads(self.partition, self.meta["ensemble"])
                           + reproducible_noise_read(config.reproducible_noise))
+        # the images it asks about (None: a generator of the run's makes them) and the student's starting point: a
+        # bad one is refused before any reservation
+        self.split = (self.source.pool(self.evaluation) if self.source is not None
+                      else public_split(self.evaluation, config.public, config.pool_size) if public_pool else None)
+        if self.split is not None:
+            self._check_encoder(self.split)
+        self.querying = False  # whether the answers' release began
+        self.data_set = teacher_data_set(self.meta)  # whose ledger records the release too
+
+    def asked(self) -> bool:
+        return self.querying
+
+    def _check_encoder(self, split: PublicSplit) -> None:
+        """A student started from an encoder pretrained on another pool would be measured on images it saw."""
+        config = self.pate
+        if config.student_init is not None:
+            load_encoder(Path(config.student_init), config.student_arch, self.evaluation.input_shape,
+                         self.evaluation.num_classes, split.description)
 
     def run(self, resume: bool) -> Outcome:
         """Release (or reload) the answers, train the student."""
         config, plan, started = self.pate, self.privacy_plan, time.perf_counter()
+        split = self.split
+        if split is None:  # the run's own images, made by now
+            split = self.source.pool(self.evaluation)
+            self._check_encoder(split)
         num_classes = self.evaluation.num_classes
-        split = (self.source.pool(self.evaluation) if self.source is not None
-                 else public_split(self.evaluation, config.public, config.pool_size))
-        if config.student_init is not None:  # a wrong encoder must fail before the answers are spent
-            load_encoder(Path(config.student_init), config.student_arch, self.evaluation.input_shape, num_classes,
-                         split.description)
         answers_path = self.state_dir / ANSWERS_FILE
         if resume:
             answers = Answers.load(answers_path, config.queries)
         else:
+            self.querying = True
             answers = release_answers(self.ensemble.to(config.device).eval(), split.pool, plan, config, num_classes)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             answers.save(answers_path)

@@ -15,7 +15,8 @@ from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import UncoveredRead, reproducible_noise_read
 from dpdistill.reporting.report import PRIVATE_DIR, private_training_markdown
 from dpdistill.runs import release_state, saved_config
-from dpdistill.training.private import TRAINERS, PrivateTrainingConfig, plan_private_training
+from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, declared_train_size,
+                                       plan_private_training, selection_note)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -54,12 +55,15 @@ class PrivateTrainingJob(Job):
         self.method, self.config = method, config
         self.dataset = load_dataset(config.dataset)
         started = time.perf_counter()
-        self.private_plan = plan_private_training(config, len(self.dataset.y_train))
+        self.private_plan = plan_private_training(config, declared_train_size(config, self.dataset))
         self.planning_seconds = time.perf_counter() - started
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)
         self.uncovered = reproducible_noise_read(config.reproducible_noise) + (
             [] if method.student_read is None else [method.student_read])
+        # the data set's ledger records every step, under replace-one; a total it would exceed refuses the run here
+        self.planned = self.private_plan.replace_one_release(config.delta)
+        self.data_set = (self.dataset.digest, config.dataset)
 
     def run(self, resume: bool) -> Outcome:
         config, dataset, method = self.config, self.dataset, self.method
@@ -73,7 +77,7 @@ class PrivateTrainingJob(Job):
                   "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds},
                   "history": result.history,
                   "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
-                            for fix in result.fixes]}
+                            for fix in result.fixes] + [note for note in (selection_note(config),) if note]}
         return Outcome(
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
             covers=method.covers + (PUBLIC_START if config.student_init else ""),

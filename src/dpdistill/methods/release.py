@@ -28,7 +28,8 @@ from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.reporting.report import release_markdown
 from dpdistill.runs import REPORT_FILE, execute, release_state, saved_config
-from dpdistill.training.private import PrivateTrainingConfig, plan_private_training
+from dpdistill.training.private import (PrivateTrainingConfig, declared_train_size, plan_private_training,
+                                       selection_note)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
@@ -98,7 +99,7 @@ class ReleaseJob(Job):
         self.config, self.out_dir, self.progress = config, out_dir, progress
         self.teacher_dir = out_dir / TEACHER_DIR
         dataset = load_dataset(config.teacher.dataset)
-        plan_private_training(config.teacher, len(dataset.y_train))
+        plan_private_training(config.teacher, declared_train_size(config.teacher, dataset))
         config.transcription.validate(dataset.num_classes)
         for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
             build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
@@ -113,6 +114,7 @@ class ReleaseJob(Job):
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
         outcome.privacy["ledger"] = ledger.standing(
             ledger.settle(self.out_dir, PrivateRelease.name, Release.post_processing(self.config.teacher.delta)))
+        outcome.report["notes"] = [note for note in (selection_note(self.config.teacher),) if note]
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"],
                                      "wall_seconds": teacher["timing"]["wall_seconds"]}

@@ -22,6 +22,16 @@ from dpdistill.runs import REPORT_FILE
 from dpdistill.training.teacher import SCATTER_INIT
 
 
+DATA_DIGEST = "data_digest (private)"  # a teacher's (or ensemble's) description: the digest of its data set
+
+
+def teacher_data_set(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """The data set a teacher (or ensemble) learnt from, as a ledger names it (digest, name); None where dpdistill
+    did not train it (imported, or older)."""
+    digest = meta.get(DATA_DIGEST) or meta.get("ensemble", {}).get(DATA_DIGEST)
+    return None if digest is None else (digest, str(meta.get("ensemble", {}).get("dataset") or meta.get("dataset")))
+
+
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
     """The teacher (or ensemble) in `teacher_dir` and its description, with its provenance (`teacher_provenance`)."""
     teacher, meta = load_teacher(teacher_dir)

@@ -23,7 +23,8 @@ from dpdistill.methods.config import PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
                                          balanced_draw, evaluate_synthetic, synthetic_files)
-from dpdistill.methods.teachers import classifier_meta, evaluation_set, read_teacher, teacher_accuracy
+from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
+                                       teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
@@ -116,6 +117,9 @@ class TranscriptionJob(Job):
         self.uncovered = ((self.source.uncovered if self.source else [])
                           + partition_reads(self.partition, self.meta.get("ensemble"))
                           + uncovered_reads(config, self.provenance))
+        # a teacher trained here on a data set: that data set's ledger records the release too (a DP teacher's
+        # transcription spends nothing more)
+        self.data_set = None if self.provenance is not None else teacher_data_set(self.meta)
 
     def _answers(self, count: int) -> Release:
         """The release of `count` answers; from a DP teacher without noise, none (post-processing)."""
@@ -149,6 +153,9 @@ class TranscriptionJob(Job):
             private_record=lambda: {} if self.provenance is not None else {
                 "accuracy": {"teacher": self._teacher_accuracy()}},
             release=self._run_release(route), write_files=write_files)
+
+    def asked(self) -> bool:
+        return self.engine.started
 
     def _teacher_accuracy(self) -> float | None:
         return teacher_accuracy(self.teacher, self.meta, self.dataset, self.dataset_name, self.config.device)

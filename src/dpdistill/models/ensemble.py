@@ -77,13 +77,25 @@ def partition_assumption(ensemble: dict[str, Any] | None) -> PartitionAssumption
 def partition_reads(privacy: dict[str, Any], ensemble: dict[str, Any] | None) -> list[UncoveredRead]:
     """Say in a release's `privacy` section what the partition assumes; where that does not hold, the members'
     data are read without the protection the epsilon assumes: an uncovered read, whose words begin the report's
-    `covered`."""
+    `covered`. A keyed partition of positional ids (older dpdistill) holds for replacing an example in place, not
+    for adding or removing one, which renumbers the rest: no add/remove epsilon is claimed for it."""
     assumption = partition_assumption(ensemble)
     privacy["partition_assumption"] = assumption.statement
+    if ensemble is not None and assumption.holds and not stable_ids(ensemble):
+        privacy["epsilon_add_remove"] = None
+        privacy["relation_note"] = ("the members' examples were assigned by their positions (older dpdistill): one "
+                                    "example replaced in place changes one member, but one added or removed "
+                                    "renumbers the rest, so no add/remove epsilon is claimed")
     if assumption.holds:
         return []
     return [UncoveredRead("the members' private data, under a partition that does not hold",
                           f"NO formal guarantee: {assumption.statement}", condition="with a sound partition")]
+
+
+def stable_ids(ensemble: dict[str, Any]) -> bool:
+    """Whether the ensemble's keyed partition hashed ids that no other example moves (the data's own, or content
+    digests), as its description (ensemble.json's partition.ids) records; older ensembles hashed positions."""
+    return ensemble.get("partition", {}).get("ids") is not None
 
 
 def write_partition_key(directory: Path, key: bytes) -> None:

@@ -213,7 +213,9 @@ class DiscreteLaplaceQuery:
 class DistributedDiscreteGaussianQuery:
     """One query answered by data owners through secure aggregation: each owner adds its own discrete Gaussian share
     N_Z(0, share_sigma^2) to its integer answer, and only the sum of at least `owners - dropouts` owners' answers is
-    ever revealed (SecAgg+'s reconstruction threshold).
+    ever revealed (SecAgg+'s reconstruction threshold). An owner knows its own share, and `colluders` owners may
+    pool theirs: against them only the other contributors' shares protect, so a query is charged at the fewest
+    honest shares a revealed sum holds, owners - dropouts - colluders.
 
     The sum of n independent discrete Gaussians is not a discrete Gaussian; Kairouz, Liu and Steinke (2021, "The
     Distributed Discrete Gaussian Mechanism", Theorem 1) prove it (1/2) eps^2-concentrated DP with
@@ -228,6 +230,7 @@ class DistributedDiscreteGaussianQuery:
     dimension: int  # coordinates of one query's answer
     owners: int
     dropouts: int = 0
+    colluders: int = 0  # owners whose shares the adversary may know (each owner knows its own)
     discrete = True  # integer answers: a ledger must not account them as a continuous Gaussian
 
     def __post_init__(self) -> None:
@@ -238,10 +241,18 @@ class DistributedDiscreteGaussianQuery:
         if not 0 <= self.dropouts < self.owners:
             raise PrivacyParameterError(f"{self.owners} owners tolerate 0 to {self.owners - 1} dropouts, "
                                         f"got {self.dropouts}")
+        if not 0 <= self.colluders < self.owners - self.dropouts:
+            raise PrivacyParameterError(f"{self.owners} owners with {self.dropouts} dropouts leave no honest share "
+                                        f"against {self.colluders} colluders: at most {self.owners - self.dropouts - 1}")
+
+    @property
+    def honest(self) -> int:
+        """The fewest shares in a revealed sum that the adversary does not know."""
+        return self.owners - self.dropouts - self.colluders
 
     def rho(self) -> float:
-        """zCDP of one query, at the fewest contributors the threshold lets through (the bound's worst case)."""
-        return max(self._rho(summands) for summands in range(self.owners - self.dropouts, self.owners + 1))
+        """zCDP of one query, at the fewest honest shares a revealed sum holds (the bound's worst case)."""
+        return max(self._rho(summands) for summands in range(self.honest, self.owners - self.colluders + 1))
 
     def _rho(self, summands: int) -> float:
         exponents = [-2 * math.pi**2 * self.share_sigma**2 * k / (k + 1) for k in range(1, summands)]
@@ -255,8 +266,8 @@ class DistributedDiscreteGaussianQuery:
 
     @property
     def total_sigma(self) -> float:
-        """The noise std of the sum at the fewest contributors: share_sigma sqrt(owners - dropouts)."""
-        return self.share_sigma * math.sqrt(self.owners - self.dropouts)
+        """The noise std that protects a sum at the fewest honest shares: share_sigma sqrt(honest)."""
+        return self.share_sigma * math.sqrt(self.honest)
 
     def dp_event(self) -> dp_accounting.DpEvent:
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
@@ -321,6 +332,11 @@ class SampledReleaseQuery:
 
     def __post_init__(self) -> None:
         _validate_sampled(self.noise_multiplier, self.sample_rate)
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """dp-accounting has no event for a step whose loss is 0 or a full Gaussian's: the full Gaussian bounds
+        it (a ledger composing events counts every step as taken part; the stated epsilon is the exact one)."""
+        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
     def epsilon(self, count: int, delta: float) -> float:
         takes_part = np.arange(1, count + 1)
@@ -466,9 +482,6 @@ def own_cost(delta: float) -> Cost:
     return lambda query, count: composed_epsilon(query, count, delta)
 
 
-MAX_CALIBRATED_EPSILON = 1000.0
-
-
 def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta: float, start: float = 1.0,
               tolerance: float = 1e-4, cost: Cost | None = None) -> Q:
     """The query with the least noise whose `count` answers stay within (epsilon, delta): one search for every
@@ -483,10 +496,6 @@ def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta:
     """
     validate_epsilon(epsilon)
     validate_delta(delta)
-    if epsilon > MAX_CALIBRATED_EPSILON:  # the accountants' loss grids grow with epsilon: refused before they run
-        raise PrivacyParameterError(f"epsilon {epsilon:g} is above {MAX_CALIBRATED_EPSILON:g}, the largest budget "
-                                    f"dpdistill calibrates noise for (it protects nothing measurable): for a "
-                                    f"noise-free control use --privacy none or a non-private teacher")
     ratio = 1 + tolerance
     limit = int(math.log(1e6) / math.log(ratio))  # search at most a factor of a million either way
     spent = cost or own_cost(delta)

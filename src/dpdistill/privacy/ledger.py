@@ -29,6 +29,7 @@ from typing import Any, Iterator, Sequence
 import dp_accounting
 from dp_accounting import gaussian_mechanism
 
+from dpdistill.data.paths import ledgers_home
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import QuerySpec, rdp_epsilon, validate_delta, validate_epsilon
 from dpdistill.privacy.accounting import composed_epsilon as query_epsilon
@@ -162,11 +163,13 @@ class LedgerEntry:
     time: str  # ISO 8601, UTC
     status: str
     release: Release
+    answered: int | None = None  # an owner's entry for a federated run: the query rows its client answered
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.answered is None else {"answered": self.answered}
         return {"out_dir": self.out_dir, "method": self.method, "time": self.time, "status": self.status,
                 "event": event_to_json(self.release.event), "delta": self.release.delta,
-                "epsilon": self.release.epsilon, "discrete": self.release.discrete}
+                "epsilon": self.release.epsilon, "discrete": self.release.discrete, **extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "LedgerEntry":
@@ -174,7 +177,9 @@ class LedgerEntry:
                           bool(data["discrete"]))
         if data["status"] not in (RESERVED, SPENT):
             raise ValueError(f"unknown status {data['status']!r}")
-        return cls(str(data["out_dir"]), str(data["method"]), str(data["time"]), data["status"], release)
+        answered = data.get("answered")
+        return cls(str(data["out_dir"]), str(data["method"]), str(data["time"]), data["status"], release,
+                   None if answered is None else int(answered))
 
 
 @dataclass(frozen=True)
@@ -195,16 +200,23 @@ class LedgerState:
 
     total: Budget | None
     entries: tuple[LedgerEntry, ...] = ()
+    summed: bool = False  # composed by adding the stated epsilons and deltas (a data set's ledger), not exactly
 
     @property
     def delta(self) -> float:
-        """The delta the spent epsilon is stated at: the total's, else the largest a run used."""
+        """The delta the spent epsilon is stated at: the total's, else the largest a run used (a sum of deltas: their
+        sum)."""
         if self.total is not None:
             return self.total.delta
-        return max((entry.release.delta for entry in self.entries), default=DEFAULT_DELTA)
+        deltas = [entry.release.delta for entry in self.entries]
+        return (sum(deltas) if self.summed else max(deltas)) if deltas else DEFAULT_DELTA
+
+    def composed(self, releases: Sequence[Release], delta: float) -> float:
+        """Sound epsilon of `releases` together at `delta`, as this ledger composes them."""
+        return summed_epsilon(releases, delta) if self.summed else composed_epsilon(releases, delta)
 
     def spent(self, delta: float | None = None) -> float:
-        return composed_epsilon([entry.release for entry in self.entries], self.delta if delta is None else delta)
+        return self.composed([entry.release for entry in self.entries], self.delta if delta is None else delta)
 
     def reservation(self, out_dir: str) -> int | None:
         """Index of the latest reservation the run writing `out_dir` holds."""
@@ -239,6 +251,16 @@ def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
     return rdp_epsilon(accountant, event, delta)
 
 
+def summed_epsilon(releases: Sequence[Release], delta: float) -> float:
+    """Basic composition: releases of (epsilon_i, delta_i) are together (sum epsilon_i, sum delta_i)-DP, whatever
+    their mechanisms and relations' conventions. Sound, and looser than `composed_epsilon`; infinite where the
+    deltas add up past `delta`."""
+    validate_delta(delta)
+    if sum(release.delta for release in releases) > delta * (1 + 1e-9):
+        return math.inf
+    return sum(release.epsilon for release in releases)
+
+
 def composed_release(releases: Sequence[Release], delta: float) -> Release:
     """`releases` as one: their events composed, their sound `composed_epsilon` at `delta`."""
     return Release(dp_accounting.ComposedDpEvent([release.event for release in releases]), delta,
@@ -263,20 +285,32 @@ def _gaussian_mu_squared(event: dp_accounting.DpEvent) -> float | None:
 class ReleaseLedger:
     """ledger.json in a teacher's (or ensemble's) directory; a directory without one has spent nothing yet."""
 
+    summed = False  # how its releases compose (LedgerState.summed)
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / LEDGER_FILE
 
+    @property
+    def subject(self) -> str:
+        """What the ledger's releases come from, in an error message."""
+        return f"the teacher in {self.directory}"
+
+    @property
+    def raise_total(self) -> str:
+        """The command that raises its total."""
+        return f"dpdistill budget {self.directory} --set EPS"
+
     def read(self) -> LedgerState:
         if not self.path.exists():
-            return LedgerState(None)
+            return LedgerState(None, summed=self.summed)
         try:
             data = json.loads(self.path.read_text())
             if data["format"] != LEDGER_FORMAT:
                 raise ValueError(f"format {data['format']!r}, this dpdistill reads format {LEDGER_FORMAT}")
             total = None if data["total"] is None else Budget(float(data["total"]["epsilon"]),
                                                               float(data["total"]["delta"]))
-            return LedgerState(total, tuple(LedgerEntry.from_json(entry) for entry in data["entries"]))
+            return LedgerState(total, tuple(LedgerEntry.from_json(entry) for entry in data["entries"]), self.summed)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
                 CheckpointError, PrivacyParameterError) as error:
             raise CheckpointError(f"the release ledger {self.path} is damaged ({error}); it is the only record of "
@@ -298,18 +332,61 @@ class ReleaseLedger:
             state = self.read()
             if resume and state.reservation(key) is not None:
                 return state
-            if state.total is not None:
-                after = composed_epsilon([*(entry.release for entry in state.entries), release], state.total.delta)
-                if after > state.total.epsilon:
-                    spent = state.spent()
-                    raise BudgetExceededError(
-                        f"this release would take the teacher in {self.directory} past its privacy budget: its "
-                        f"releases so far spent epsilon={spent:.4g} of {state.total.epsilon:g} (delta "
-                        f"{state.total.delta:g}), {state.total.epsilon - spent:.4g} remain; this run's "
-                        f"epsilon={release.epsilon:.4g} would bring the total to {after:.4g}. Lower --epsilon, or "
-                        f"let the data owner raise the total with `dpdistill budget {self.directory} --set EPS`")
+            self._refuse_past_total(state, state.entries, release)
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
             state = replace(state, entries=(*state.entries, LedgerEntry(key, method, now, RESERVED, release)))
+            self._write(state)
+            return state
+
+    def _refuse_past_total(self, state: LedgerState, kept: Sequence[LedgerEntry], release: Release) -> None:
+        """Refuse `release` if, composed with the `kept` entries, it would pass the total."""
+        if state.total is None:
+            return
+        after = state.composed([*(entry.release for entry in kept), release], state.total.delta)
+        if after > state.total.epsilon:
+            spent = state.spent()
+            deltas = (" (their deltas would add up past the total's: raise it with --delta)"
+                      if state.summed and math.isinf(after) and math.isfinite(release.epsilon) else "")
+            raise BudgetExceededError(
+                f"this release would take {self.subject} past its privacy budget: its "
+                f"releases so far spent epsilon={spent:.4g} of {state.total.epsilon:g} (delta "
+                f"{state.total.delta:g}), {state.total.epsilon - spent:.4g} remain; this run's "
+                f"epsilon={release.epsilon:.4g} would bring the total to {after:.4g}{deltas}. Lower "
+                f"--epsilon, or let the data owner raise the total with `{self.raise_total}`")
+
+    def answer(self, run: str, query: QuerySpec, rows: int, planned: int, delta: float) -> LedgerState:
+        """A data owner's ledger as its client answers a federated run round by round, before each answer: the
+        first reserves the run's `planned` rows of `query`, every row answered counts, rows past the plan (a round
+        asked again after a failure) raise the charge. Refused past the total, and when the run's noise or
+        terms change under the same run."""
+        key = f"federated run {run}"
+        with self._locked():
+            state = self.read()
+            earlier = next((entry for entry in state.entries if entry.out_dir == key), None)
+            if earlier is not None:
+                if (getattr(earlier.release.event, "event", None) != query.dp_event()
+                        or earlier.release.delta != delta):
+                    raise BudgetExceededError(f"federated run {run} changed its noise or terms after this owner's "
+                                              f"first answer: refused")
+                rows += earlier.answered or 0
+            release = Release.of_query(query, max(planned, rows), delta)
+            kept = [entry for entry in state.entries if entry.out_dir != key]
+            self._refuse_past_total(state, kept, release)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            state = replace(state, entries=(*kept, LedgerEntry(key, "federated answers", now, SPENT, release, rows)))
+            self._write(state)
+            return state
+
+    def withdraw(self, out_dir: Path) -> LedgerState:
+        """Drop the reservation of the run writing `out_dir`, which failed before it asked anything: nothing was
+        released, so nothing is spent."""
+        key = str(out_dir.resolve())
+        with self._locked():
+            state = self.read()
+            index = state.reservation(key)
+            if index is None:
+                return state
+            state = replace(state, entries=state.entries[:index] + state.entries[index + 1:])
             self._write(state)
             return state
 
@@ -338,7 +415,7 @@ class ReleaseLedger:
             total = Budget(epsilon, delta)
             spent = state.spent(delta)
             if spent > epsilon:
-                raise BudgetExceededError(f"the releases from {self.directory} already spent epsilon={spent:.4g} at "
+                raise BudgetExceededError(f"the releases from {self.subject} already spent epsilon={spent:.4g} at "
                                           f"delta {delta:g}: a total of {epsilon:g} is below it")
             state = replace(state, total=total)
             self._write(state)
@@ -359,3 +436,34 @@ class ReleaseLedger:
         total = None if state.total is None else {"epsilon": state.total.epsilon, "delta": state.total.delta}
         write_json(self.path, {"format": LEDGER_FORMAT, "total": total,
                                "entries": [entry.to_json() for entry in state.entries]})
+
+
+class DatasetLedger(ReleaseLedger):
+    """One data set's ledger, under $DPDISTILL_LEDGER_HOME/<digest>: every release computed from the data set
+    (DP-SGD, synthesis, the releases of teachers trained on it, federated owners' answers) composed under one
+    relation, replace-one, each release entering with its replace-one epsilon. Releases of every kind and both
+    conventions meet here, so they compose by adding their epsilons and deltas (`summed_epsilon`): sound, looser
+    than a teacher ledger's exact composition. It sees the data set by content: the same images and labels under
+    another name are the same ledger; a subset, a superset or a changed copy is another, and it cannot see them."""
+
+    summed = True
+
+    def __init__(self, digest: str, name: str | None = None) -> None:
+        super().__init__(ledgers_home() / digest)
+        self.digest, self.name = digest, name or digest
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @property
+    def subject(self) -> str:
+        return f"the data set {self.name}"
+
+    def standing(self, state: LedgerState) -> dict[str, Any]:
+        """As a teacher ledger's, without the path: it names the data's digest, a function of the private data that
+        no release may carry."""
+        figures = super().standing(state)
+        del figures["path"]
+        return {"data_set": self.name, **figures, "composition": "summed (basic composition, replace-one)"}
+
+    @property
+    def raise_total(self) -> str:
+        return f"dpdistill budget --dataset {self.name} --set EPS"

@@ -469,8 +469,10 @@ PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), (
 
 
 FEDERATED_ROWS = (("owners", "data owners"), ("threshold", "owners needed in every round (owners - dropouts)"),
+                  ("colluders", "colluding owners tolerated (each knows its own share)"),
+                  ("honest_shares", "the fewest shares in a sum that no colluder knows: the noise is sized for them"),
                   ("queries", "queries asked"), ("share_sigma", "each owner's noise share (sigma)"),
-                  ("sigma_at_threshold", "noise on each sum at the threshold (sigma)"),
+                  ("sigma_at_threshold", "noise of the honest shares at the threshold (sigma)"),
                   ("beta", "bound on each member's gradient (beta)"),
                   ("sigma", "noise on each sum in units of beta (the seed's sigma)"))
 

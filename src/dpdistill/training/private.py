@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import dp_accounting
 import torch
 import torch.nn.functional as F
 from opacus import GradSampleModule
@@ -80,6 +81,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 from dpdistill.training.teacher import load_encoder
 
@@ -109,6 +111,22 @@ ARCH_TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Settings chosen without noise on a data set's own training split (scatter_validation.py: the last 10,000
+# Fashion-MNIST training images): (student, data set) -> the (batch size, step, epochs) chosen there
+SELECTED_ON_PRIVATE_DATA = {("scatter-linear", "fmnist"): ((8192, 8.0, 40), (16384, 16.0, 160))}
+
+
+def selection_note(config: "PrivateTrainingConfig") -> str | None:
+    """Where a run uses settings chosen on its own private data, that choice used the data outside any epsilon:
+    the report says so (on any other data set the same settings are a fixed, public choice)."""
+    chosen = SELECTED_ON_PRIVATE_DATA.get((config.student_arch, config.dataset), ())
+    if (config.batch_size, config.lr, config.epochs) not in chosen:
+        return None
+    return (f"these {config.student_arch} settings (batch {config.batch_size:,}, step {config.lr:g}, {config.epochs} "
+            f"epochs) were chosen without noise on the last 10,000 images of {config.dataset}'s own training split "
+            f"(benchmarks/experiments/scatter_validation.py): a use of the private data that no epsilon covers")
+
+
 @dataclass(frozen=True)
 class PrivateTrainingConfig:
     """Every setting of a private-training run; checked on construction, so a bad value fails before any work."""
@@ -135,6 +153,8 @@ class PrivateTrainingConfig:
     train_layers: str | None = None  # "all", or "head": only the last layer learns, on the frozen backbone's features
     public: str | None = None  # with student_init: where its public pool came from (as `pate --public`) ...
     public_size: int = 5000  # ... and its size: accuracy is then measured on images the encoder never saw
+    dataset_size: int | None = None  # the training split's size as a public figure, from which the sampling rate
+    # and the steps are planned (None: the data set's declared size); never the exact private count
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
@@ -168,6 +188,8 @@ class PrivateTrainingConfig:
         for name in ("max_grad_norm", "beta", "target_step", "lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.dataset_size is not None and self.dataset_size < 1:
+            raise ConfigError(f"--dataset-size must be at least 1, got {self.dataset_size}")
         if self.epochs < 1 or self.batch_size < 1 or self.public_size < 1:
             raise ConfigError(f"epochs, batch size and public size must be at least 1, got {self.epochs}, "
                               f"{self.batch_size} and {self.public_size}")
@@ -192,6 +214,7 @@ class PrivatePlan:
     steps_per_epoch: int
     steps: int
     relation: str
+    size: int  # the declared training-set size the sampling rate and the steps come from
 
     @property
     def noise_multiplier(self) -> float:
@@ -201,6 +224,28 @@ class PrivatePlan:
     def sample_rate(self) -> float:
         return self.query.sample_rate
 
+    def replace_one_release(self, delta: float) -> Release:
+        """The whole plan as one release under replace-one (the relation a data set's ledger composes under):
+        dp-accounting's event and the replace-one epsilon of its steps."""
+        query = self.query if self.relation == REPLACE_ONE else dataclasses.replace(self.query, relation=REPLACE_ONE)
+        return Release(dp_accounting.SelfComposedDpEvent(query.dp_event(), self.steps), delta,
+                       composed_epsilon(query, self.steps, delta))
+
+
+def declared_train_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> int:
+    """The training split's size as a public figure: the run's `dataset_size`, else the data set's declared one.
+    The sampling rate and the number of steps are released, so they must not come from the exact private count,
+    which adding one example would change."""
+    size = config.dataset_size or dataset.declared_size
+    if size is None:
+        raise ConfigError(f"{config.dataset} declares no training-set size: DP-SGD's sampling rate and steps are "
+                          f"released, so they come from a public figure, never the exact private count; declare one "
+                          f"with --dataset-size N (or a `declared_size` array in the .npz)")
+    return size
+
+
+MAX_SAMPLED_EPSILON = 1000.0  # beyond it the PLD accountant's grid needs tens of GiB (10^6: 48 GiB)
+
 
 def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> PrivatePlan:
     """Fix the noise for `epochs` epochs of Poisson-sampled steps and refuse a plan that would overspend.
@@ -209,6 +254,10 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
     loader, int(1 / rate) steps an epoch), so the plan is what runs. dpdfd-direct's releases are tied to their
     examples, so only replace-one is meaningful for it.
     """
+    if config.sigma is None and config.epsilon > MAX_SAMPLED_EPSILON:  # its loss grid grows with epsilon
+        raise PrivacyParameterError(f"epsilon {config.epsilon:g} is above {MAX_SAMPLED_EPSILON:g}, the largest "
+                                    f"budget DP-SGD's accountant calibrates noise for (it protects nothing "
+                                    f"measurable): give the noise with --sigma, or train without privacy")
     sample_rate, steps_per_epoch = opacus_sampling(train_size, config.batch_size)
     steps = config.epochs * steps_per_epoch
     if config.method == "dpsgd":
@@ -227,7 +276,7 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
             f"{config.epochs} epochs of {steps_per_epoch} steps at sigma={config.sigma} would spend epsilon="
             f"{spent:.4g} > budget {config.epsilon}: raise --sigma, lower --epochs, or leave --sigma unset to "
             f"calibrate the noise to the budget")
-    return PrivatePlan(query, steps_per_epoch, steps, relation)
+    return PrivatePlan(query, steps_per_epoch, steps, relation, train_size)
 
 
 def opacus_sampling(train_size: int, batch_size: int) -> tuple[float, int]:
@@ -255,8 +304,9 @@ class PoissonBatchSampler(Sampler[list[int]]):
 
 def poisson_loader(dataset: TensorDataset, plan: PrivatePlan, noise: NoiseSource, batch_size: int) -> DataLoader:
     """The plan's Poisson-sampled batches of `dataset` (an empty batch keeps the tensors' shapes, as in Opacus'
-    DPDataLoader). Refuses a data set on which Opacus' rule gives another rate or number of steps than the plan."""
-    sampling = opacus_sampling(len(dataset), batch_size)
+    DPDataLoader). Refuses a plan other than Opacus' rule gives for its declared size: the rate and the steps come
+    from that public figure, whatever the exact count of `dataset`."""
+    sampling = opacus_sampling(plan.size, batch_size)
     if sampling != (plan.sample_rate, plan.steps_per_epoch):
         raise PrivacyParameterError(f"Opacus' rule samples at rate {sampling[0]} for {sampling[1]} steps an epoch, "
                                     f"the plan at {plan.sample_rate} for {plan.steps_per_epoch}")
@@ -464,7 +514,10 @@ class PrivateTrainer:
         return {"method": config.method, "mode": "data", "epsilon": epsilon, "delta": config.delta,
                 "budget_epsilon": config.epsilon, "relation": self.plan.relation, **self.epsilons_by_relation(epsilon),
                 "unit": UNITS[self.plan.relation], "noise_multiplier": self.plan.noise_multiplier,
-                "sample_rate": self.plan.sample_rate, "steps": steps, "planned_steps": self.plan.steps,
+                "sample_rate": self.plan.sample_rate, "declared_size": self.plan.size,
+                "sampling": (f"Poisson, rate and steps per epoch from the declared training-set size "
+                             f"{self.plan.size:,} (a public figure; the exact count stays private)"),
+                "steps": steps, "planned_steps": self.plan.steps,
                 "calibrated": config.sigma is None, "noise": self.noise.description}
 
     def _state(self) -> dict[str, Any]:
