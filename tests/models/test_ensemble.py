@@ -31,6 +31,7 @@ def test_training_writes_members_and_a_report_of_their_partitions(digits_ensembl
     report = json.loads((digits_ensemble / "report.json").read_text())
     assert report["ensemble"] == {"members": 4, "partition": {"scheme": "keyed-hash",
                                                               "key": "partition-key.json (private: never release it)",
+                                                              "ids": load_dataset("digits").ids_source,
                                                               "assumption": KEYED},
                                   "layout": "separate networks"}
     assert json.loads((digits_ensemble / ENSEMBLE_FILE).read_text())["partition"] == report["ensemble"]["partition"]
