@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import fnmatch
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -958,10 +959,9 @@ def release_table(rows: list[dict]) -> list[str]:
         return []
     lines = ["", "### One release from the private data: a DP teacher, transcribed for free", "",
              "`dpdistill release` ([docs/methods/release.md](docs/methods/release.md)): a scatter-linear DP-SGD "
-             "teacher, transcribed without noise (post-processing) into a student, a generator and 60,000 synthetic "
-             "images, all under the teacher's epsilon. Synthetic set: the datalens classifier trained on it alone, "
-             "10 epochs, final model, on the real test split (DataLens' protocol); its scattering Fréchet distance "
-             "to the test split beside that of two halves of the test split.", "",
+             "teacher transcribed without noise into a student, a generator and 60,000 synthetic images, all at the "
+             "teacher's epsilon. Synthetic set: DataLens' protocol classifier on the real test split; scattering "
+             "Fréchet distance to the test split, beside two halves of it.", "",
              "| row | seeds | student % | synthetic-set classifier % | DP teacher % | sound eps (add/remove; "
              "replace-one) | Fréchet (synthetic; real halves) | wall s | peak GB |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -1039,8 +1039,9 @@ def _inversion(row: dict) -> str:
 
 
 def _epsilon(row: dict) -> str:
-    if row["privacy_mode"] in (None, "none"):
-        return "none (no privacy)"
+    if row["privacy_mode"] in (None, "none"):  # a transcription of a DP teacher states the teacher's epsilon
+        inherited = isinstance(row["epsilon"], (int, float)) and math.isfinite(row["epsilon"])
+        return f"{row['epsilon']:.4g} (the teacher's)" if inherited else "none (no privacy)"
     text = _number(row["epsilon"], ".4g")
     covered = row.get("covered") or ""
     return text + (" (no formal guarantee)" if covered.startswith("NO") else "")
