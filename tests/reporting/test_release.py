@@ -7,7 +7,7 @@ from pathlib import Path
 from dpdistill.methods.config import build_config
 from dpdistill.methods.pate import PateConfig
 from dpdistill.pipeline import pate, train_private, transcribe
-from dpdistill.reporting.report import PRIVATE_DIR, PRIVATE_RECORD
+from dpdistill.reporting.report import PRIVATE_DIR, PRIVATE_RECORD, as_written
 from dpdistill.training.private import PrivateTrainingConfig
 
 
@@ -61,6 +61,6 @@ def test_dpsgd_publishes_neither_the_data_set_size_nor_losses_on_private_data(tm
     assert size not in _numbers(declared) and not re.search(rf"(?<![\d.]){size}(?!\d)", json.dumps(declared))
     assert "expected_batch_size" not in public["privacy"]
     assert all(set(record) == {"epoch", "steps", "test_accuracy"} for record in public["history"])
-    assert "train loss" not in markdown and report == public
+    assert "train loss" not in markdown and as_written(report) == public
     privacy = public["privacy"]  # DP-SGD's budget is add/remove (Opacus' convention); replace-one costs more
     assert privacy["relation"] == "add-remove" and privacy["epsilon"] <= 1.0 < privacy["epsilon_replace_one"]

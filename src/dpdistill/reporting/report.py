@@ -36,17 +36,18 @@ def write_private_record(out_dir: Path, record: dict[str, Any]) -> None:
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Atomic JSON write; infinities become the string 'inf' so the file stays standard JSON."""
-    text = json.dumps(_jsonable(payload), indent=2)
+    text = json.dumps(as_written(payload), indent=2)
     write_atomically({path: lambda temporary: temporary.write_text(text)})
 
 
-def _jsonable(value: Any) -> Any:
+def as_written(value: Any) -> Any:
+    """`value` as write_json stores it: infinities as the string 'inf', tuples as lists."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {key: _jsonable(item) for key, item in value.items()}
+        return {key: as_written(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
+        return [as_written(item) for item in value]
     return value
 
 
@@ -332,7 +333,7 @@ def transcription_markdown(report: dict[str, Any], title: str | None = None,
         "## Configuration",
         "",
         "```json",
-        json.dumps(_jsonable(report["config"]), indent=2),
+        json.dumps(as_written(report["config"]), indent=2),
         "```",
         "",
         f"Seed {report['seed']}. Every figure above is also in `report.json`.",
@@ -380,7 +381,7 @@ def private_training_markdown(report: dict[str, Any]) -> str:
               f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
               "", "## Epochs", "", "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} | {r['steps']} |" for r in report["history"]]
-    lines += ["", "## Settings", "", "```json", json.dumps(_jsonable(config), indent=2), "```", "",
+    lines += ["", "## Settings", "", "```json", json.dumps(as_written(config), indent=2), "```", "",
               f"Seed {report['seed']} (initialisation only). Noise and sampling: {privacy['noise']}. "
               f"Every figure above is also in `report.json`; figures computed from the private data without "
               f"noise are in `private/record.json` (never publish it)."]
@@ -448,7 +449,7 @@ def _synthetic_markdown(report: dict[str, Any], statement: str, rows: list[str],
     if len(scored) > 1:  # a curve, where the classifier was scored after each epoch
         lines += ["", "## Classifier on the synthetic set", "", "| epoch | real test accuracy |", "| --- | --- |"]
         lines += [f"| {r['epoch']} | {_percent(r['test_accuracy'])} |" for r in scored]
-    lines += ["", "## Configuration", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+    lines += ["", "## Configuration", "", "```json", json.dumps(as_written(report["config"]), indent=2), "```", "",
               f"Seed {report['seed']} ({seeded}). Noise: {report['privacy']['noise']}. Every figure above is also in "
               f"`report.json`."]
     return "\n".join(lines) + "\n"
@@ -504,7 +505,7 @@ def federated_markdown(report: dict[str, Any]) -> str:
               f"{report['timing']['wall_seconds']:.1f} s |", ""]
     if pate:
         return "\n".join(lines + ["## Student rounds", ""] + _student_rounds(report, "sums")) + "\n"
-    engine_config = json.dumps(_jsonable(report["engine_config"]), indent=2)
+    engine_config = json.dumps(as_written(report["engine_config"]), indent=2)
     lines += [*_samples_and_curve(report), "", "## Configuration of the server's engine", "", "```json",
               engine_config, "```"]
     return "\n".join(lines) + "\n"
@@ -587,7 +588,7 @@ def _student_rounds(report: dict[str, Any], released: str) -> list[str]:
     lines = ["| round | examples | test accuracy | wall s |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['round']} | {r['examples']} | {_percent(r['test_accuracy'])} | {r['wall_seconds']:.1f} |"
               for r in report["history"]]
-    return lines + ["", "## Settings", "", "```json", json.dumps(_jsonable(report["config"]), indent=2), "```", "",
+    return lines + ["", "## Settings", "", "```json", json.dumps(as_written(report["config"]), indent=2), "```", "",
                     f"Seed {report['seed']}; the released {released} are in `answers.safetensors`. Every figure "
                     f"above is also in `report.json`."]
 
