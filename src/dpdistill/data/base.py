@@ -166,7 +166,7 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
     """Build a dataset from numpy arrays, so every source shares one set of checks and one normalisation.
 
     num_classes defaults to the largest test label + 1 (the public labels: it is published with every model);
-    ids_train (each training example's stable id, see ImageDataset) to the positions 0..N-1.
+    ids_train (each training example's stable id, see ImageDataset) to digests of each example's content.
     """
     images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
     labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}

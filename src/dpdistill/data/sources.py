@@ -61,7 +61,7 @@ def _idx_files(folder: Path) -> list[Path | None]:
 def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None,
                     declared_size: int | None = None) -> ImageDataset:
     """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder; the training images'
-    ids are their positions in the train file, so keep that file fixed (or use an .npz with ids_train)."""
+    ids are digests of their content (ImageDataset), so adding or removing one moves no other."""
     files = _idx_files(folder)
     missing = [f"{'|'.join(prefixes)}-{kind}-ubyte[.gz]"
                for (prefixes, kind), path in zip(product(IDX_SPLITS, IDX_KINDS), files) if path is None]

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import dp_accounting
 import torch
 import torch.nn.functional as F
 from opacus import GradSampleModule
@@ -228,8 +227,7 @@ class PrivatePlan:
         """The whole plan as one release under replace-one (the relation a data set's ledger composes under):
         dp-accounting's event and the replace-one epsilon of its steps."""
         query = self.query if self.relation == REPLACE_ONE else dataclasses.replace(self.query, relation=REPLACE_ONE)
-        return Release(dp_accounting.SelfComposedDpEvent(query.dp_event(), self.steps), delta,
-                       composed_epsilon(query, self.steps, delta))
+        return Release.of_query(query, self.steps, delta)
 
 
 def declared_train_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> int:
