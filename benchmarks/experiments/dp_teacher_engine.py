@@ -37,14 +37,15 @@ def transcribe_one(teacher: Path, name: str, device: str, out: Path) -> None:
     """One setting, in this process: the engine on the teacher, its curve written as it learns."""
     import torch
 
-    from dpdistill.methods.config import build_config, parse_assignments
+    from dpdistill.methods.config import TranscriptionConfig, build_config
     from dpdistill.methods.engine import TranscriptionEngine
     from dpdistill.methods.teachers import evaluation_set, read_teacher
+    from dpdistill.settings import parse_assignments
 
     model, meta = read_teacher(teacher)
     dataset = evaluation_set(meta["dataset"], tuple(meta["in_shape"]), meta["num_classes"])
-    config = build_config("upper-bound", {"device": device, **parse_assignments([*BASE, *SETTINGS[name]])},
-                          {"mode": "none"})
+    settings = parse_assignments([*BASE, *SETTINGS[name]], TranscriptionConfig)
+    config = build_config("upper-bound", {"device": device, **settings}, {"mode": "none"})
     curve, started = [], time.perf_counter()
 
     def record(entry: dict) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from torch import nn
 
@@ -26,8 +26,8 @@ from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
 from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE, Provenance
+from dpdistill.progress import Progress
 
-Progress = Callable[[dict], None]
 
 
 @dataclass(frozen=True)

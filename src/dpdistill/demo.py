@@ -27,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -36,6 +36,7 @@ from rich.table import Table
 from dpdistill.errors import ConfigError
 from dpdistill.methods.config import build_config
 from dpdistill.pipeline import check_out_dir, train_private, train_teacher, transcribe
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import is_covered, write_json
 from dpdistill.training.private import PrivateTrainingConfig
 from dpdistill.training.teacher import TeacherConfig
@@ -178,7 +179,7 @@ def _done(console: Console, started: float) -> None:
     console.print(f"  done, {time.perf_counter() - started:.0f} s into the demo", highlight=False)
 
 
-def _every(console: Console, position: str, period: int, accuracy: str) -> Callable[[dict], None]:
+def _every(console: Console, position: str, period: int, accuracy: str) -> Progress:
     """Print every `period`-th progress record's position and accuracy: a few minutes' run shows that it moves."""
 
     def show(record: dict) -> None:

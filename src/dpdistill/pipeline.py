@@ -36,8 +36,9 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
 from dpdistill.privacy.ledger import Budget, ReleaseLedger
 from dpdistill.privacy.ledger import coverage as privacy_coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import write_json
-from dpdistill.runs import (ENSEMBLE_STATE, Progress, check_out_dir, claim_out_dir, exclusive, execute,
+from dpdistill.runs import (ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, execute,
                             saved_config)
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 

@@ -24,12 +24,12 @@ from dpdistill.models.checkpoint import save_model
 from dpdistill.models.ensemble import ENSEMBLE_FILE, PARTITION_KEY_FILE
 from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, DatasetLedger, Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import PRIVATE_DIR, write_json, write_private_record, write_report
 
 if TYPE_CHECKING:
     from dpdistill.methods.base import Method, Source
 
-Progress = Callable[[dict], None]
 CONFIG_FILE = "config.json"
 REPORT_FILE = "report.json"
 RUN_LOCK = ".lock"

@@ -10,7 +10,6 @@ difficulty, which the plain loss score cannot, at the cost of training the shado
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 import torch
@@ -18,6 +17,7 @@ from torch import Tensor, nn
 
 from dpdistill.audit.canaries import Canaries, label_log_probabilities
 from dpdistill.data.base import ImageDataset
+from dpdistill.progress import Progress
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 STD_FLOOR = 1e-3  # a canary every shadow scores alike must not divide by zero
@@ -38,7 +38,7 @@ def offline_lira(target: np.ndarray, shadows: np.ndarray) -> np.ndarray:
 
 
 def shadow_confidences(dataset: ImageDataset, canaries: Canaries, config: TeacherConfig, shadows: int,
-                       progress: Callable[[dict], None] | None = None) -> np.ndarray:
+                       progress: Progress | None = None) -> np.ndarray:
     """K shadow models of `config`, each on a random half of the training split without the canaries' examples
     (fixed by `config.seed`: the shadows are the auditor's, not a mechanism's noise); their confidences on the
     canaries' wrong labels, (K, canaries)."""

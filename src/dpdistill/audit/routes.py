@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from dpdistill import pipeline
 from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.progress import Progress
 from dpdistill.training.teacher import TeacherConfig
 
 if TYPE_CHECKING:
     from dpdistill.audit.run import AuditConfig
 
-Progress = Callable[[dict], None]
 ENSEMBLE_DEFAULT = 250  # members of a teacher route's ensemble: DGD's n, the scattering heads of the benchmarks
 TEACHER_DIR, ENSEMBLE_DIR = "teacher", "teachers"
 
@@ -89,7 +89,7 @@ def _student(config: "AuditConfig", kind: type) -> dict[str, str]:
 
 def _settings(config: "AuditConfig", kind: type, **given: Any) -> dict[str, Any]:
     """The route config's values: what the audit fixes, then `--set KEY=VALUE`, then the student's architecture."""
-    from dpdistill.methods.config import parse_assignments
+    from dpdistill.settings import parse_assignments
 
     return {**given, **parse_assignments(list(config.settings), kind), **_student(config, kind)}
 
@@ -99,7 +99,7 @@ def _epochs(config: "AuditConfig") -> dict[str, int]:
 
 
 def _build_nonprivate(config: "AuditConfig", data: str) -> tuple[str, TeacherConfig]:
-    from dpdistill.methods.config import parse_assignments
+    from dpdistill.settings import parse_assignments
 
     return data, TeacherConfig(**{**parse_assignments(list(config.settings), TeacherConfig),
                                   "arch": config.student_arch or "scatter-linear", "seed": config.seed,

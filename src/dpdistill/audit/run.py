@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import load_saved
 from dpdistill.methods.synthetic import SYNTHETIC_FILE
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import (PRIVATE_DIR, audit_markdown, is_covered, save_image_grid,
                                         save_score_histogram)
 from dpdistill.runs import claim_out_dir, exclusive
@@ -123,7 +124,7 @@ def synthetic_scores(route_dir: Path, canaries: Canaries) -> np.ndarray | None:
 
 
 def score_canaries(route_dir: Path, model: nn.Module, arch: str, canaries: Canaries, dataset: ImageDataset,
-                   config: AuditConfig, progress: Callable[[dict], None] | None) -> dict[str, np.ndarray]:
+                   config: AuditConfig, progress: Progress | None) -> dict[str, np.ndarray]:
     """Every score the release affords: the student's fit to each wrong label; the synthetic set's nearness where
     there is one; with shadows, offline LiRA on the student (shadows of its architecture `arch`)."""
     scores = {"student": loss_scores(model, canaries.images, canaries.labels, config.device)}
@@ -168,7 +169,7 @@ def claim(route_report: dict[str, Any], route: Route) -> dict[str, Any]:
     return {**stated, "formal_guarantee": route.takes_epsilon and is_covered(privacy | stated)}
 
 
-def run_audit(config: AuditConfig, out_dir: Path, progress: Callable[[dict], None] | None = None,
+def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = None,
               overwrite: bool = False) -> dict[str, Any]:
     """Canaries in, the route run once, the canaries scored and the bound computed; report.json, report.md,
     scores.png and inversion.png in `out_dir` (the route's own run in `out_dir/route`; the audited data, the

@@ -22,8 +22,8 @@ from dpdistill.data.partition import dirichlet_partition_indices, new_partition_
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.models.ensemble import is_ensemble, read_partition_key, write_partition_key
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import write_json
-from dpdistill.runs import Progress
 
 OWNERS_FILE = "owners.json"
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Sequence
 from torch import nn
 
 from dpdistill.privacy.ledger import Release, UncoveredRead
-from dpdistill.runs import Progress
+from dpdistill.progress import Progress
 
 class Needs(str, Enum):
     """What a method learns from: the release it protects is made from this."""

@@ -218,39 +218,6 @@ DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named,
 DP_TEACHER_PRESET = "dp-teacher"  # ... and for a DP teacher read without noise
 
 
-def parse_assignments(assignments: list[str], kind: type = TranscriptionConfig) -> dict[str, Any]:
-    """`KEY=VALUE` options (the CLI's `--set`) as typed overrides of the config class `kind`: every knob, without a
-    flag for each (a sample source has its own option). A value is parsed as its field's default is typed."""
-    fields = {f.name: f for f in dataclasses.fields(kind) if f.name not in ("privacy", "sample_source", "method")}
-    values: dict[str, Any] = {}
-    for assignment in assignments:
-        key, separator, text = assignment.partition("=")
-        key = key.strip().replace("-", "_")
-        if not separator or key not in fields:
-            raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        field = fields[key]
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        values[key] = _parse_value(key, text.strip(), default, str(field.type))
-    return values
-
-
-def _parse_value(key: str, text: str, default: Any, annotation: str = "") -> Any:
-    if default is None and "str" in annotation:  # an optional name or path
-        return text
-    try:
-        if isinstance(default, bool):
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1", "yes")
-        if isinstance(default, tuple):  # of the type of its first item (int where it is empty)
-            return tuple((type(default[0]) if default else int)(part.strip()) for part in text.split(","))
-        if default is None or default is dataclasses.MISSING:  # an optional number
-            return float(text) if any(mark in text.lower() for mark in ".e") else int(text)
-        return type(default)(text)
-    except ValueError:
-        raise ConfigError(f"{key} expects a value like {default!r}, got {text!r}") from None
-
-
 def build_config(preset: str | None, overrides: dict[str, Any], privacy_overrides: dict[str, Any],
                  dp_teacher: bool = False) -> TranscriptionConfig:
     """Defaults, then the method's differences from DPSD, then the presets in order (`paper,engine`; without one:

@@ -28,11 +28,12 @@ from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Job, Needs, Outcome, Source
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import datalens_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens

@@ -35,16 +35,17 @@ from safetensors.torch import load_file, save_file
 from dpdistill.atomic import write_atomically
 from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.methods.base import Outcome, Progress, Source
-from dpdistill.methods.config import parse_assignments
+from dpdistill.methods.base import Outcome, Source
 from dpdistill.methods.pate import PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_generator
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import dgd_markdown, save_image_grid
 from dpdistill.runs import release_state
+from dpdistill.settings import parse_assignments
 from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
 
 PAPER_QUERIES = {1.0: 27, 10.0: 1300}  # the seed's answers at epsilon 1 and 10 (Tables II, III)

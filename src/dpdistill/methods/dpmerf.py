@@ -20,12 +20,13 @@ from typing import Any
 
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Job, Needs, Outcome, Source
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import mean_embedding_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.mean_embedding import (MeanEmbeddingConfig, MeanEmbeddingSynthesizer,

@@ -43,6 +43,7 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import BatchNormStatistics, data_free_terms, total_variation
+from dpdistill.progress import Progress
 from dpdistill.training.annotation import (
     Annotator,
     CandidateSet,
@@ -62,7 +63,6 @@ from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 
-ProgressCallback = Callable[[dict], None]
 
 
 @dataclass
@@ -91,7 +91,7 @@ class TranscriptionEngine:
 
     def __init__(self, config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble | None,
                  in_shape: tuple[int, int, int], num_classes: int, test_set: ImageDataset | None = None,
-                 work_dir: Path | None = None, progress: ProgressCallback | None = None,
+                 work_dir: Path | None = None, progress: Progress | None = None,
                  owners: RemoteAnnotator | None = None, privacy_plan: PrivacyPlan | None = None) -> None:
         config.validate(num_classes)
         if owners is None:

@@ -42,7 +42,7 @@ from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, Gradi
                                           refusal)
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.transcription import read_result
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.engine import check_remote_settings
 from dpdistill.methods.pate import (ANSWERS_FILE, COVERS, Answers, PateConfig, answer_accuracy, choose_queries,
@@ -53,6 +53,7 @@ from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calib
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import federated_markdown
 from dpdistill.runs import release_state, saved_config
 

@@ -40,7 +40,7 @@ from dpdistill.data.sample_source import load_sample_source
 from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
                                        teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
@@ -49,6 +49,7 @@ from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import pate_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.semi_supervised import ConsistencyConfig, manifold_triples, train_consistency

@@ -18,7 +18,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.data.base import ImageDataset
 from dpdistill.evaluation.fidelity import scattering_frechet
 from dpdistill.evaluation.metrics import predict
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Progress, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.config import PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
@@ -28,6 +28,7 @@ from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_te
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
+from dpdistill.progress import Progress
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve, transcription_markdown
 from dpdistill.runs import saved_config
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -20,6 +19,7 @@ from dpdistill.losses.generator import data_free_terms
 from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_generator
+from dpdistill.progress import Progress
 
 GENERATION_BATCH = 1000
 
@@ -55,7 +55,7 @@ class DataFreeConfig:
 
 
 def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int, int], config: DataFreeConfig,
-                              seed: int, device: str, progress: Callable[[dict], None] | None = None
+                              seed: int, device: str, progress: Progress | None = None
                               ) -> tuple[Generator, dict]:
     """A generator fitted to `classifier` (fixed, eval mode) with fresh latents each step; its report gives the
     final loss terms and the wall time."""

@@ -25,7 +25,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dp_accounting
 import torch
@@ -40,9 +40,9 @@ from dpdistill.privacy.accounting import (GaussianQuery, PrivacyLedger, calibrat
                                           composed_epsilon_rdp, max_queries)
 from dpdistill.privacy.mechanisms import thresholded_noisy_votes, top_k_stochastic_signs
 from dpdistill.privacy.randomness import NoiseSource, noise_source
+from dpdistill.progress import Progress
 from dpdistill.training.state import load_state, save_state
 
-Progress = Callable[[dict], None]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dp_accounting
 import torch
@@ -35,9 +35,9 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.scattering import scattering_features
 from dpdistill.privacy.accounting import GaussianQuery, calibrate, composed_epsilon, composed_epsilon_rdp
 from dpdistill.privacy.randomness import NoiseSource
+from dpdistill.progress import Progress
 from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
-Progress = Callable[[dict], None]
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
 SENSITIVITY = 2.0  # L2, replace-one: see the module docstring
 SUM_BATCH = 2000  # private images embedded at once

@@ -41,7 +41,7 @@ import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +62,7 @@ from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import soft_cross_entropy
+from dpdistill.progress import Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.training.state import load_state, save_state
 from dpdistill.models.base import Classifier
@@ -84,7 +85,6 @@ from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 from dpdistill.training.teacher import load_encoder
 
-Progress = Callable[[dict], None]
 
 UNITS = {ADD_REMOVE: "adding or removing one private training example",
          REPLACE_ONE: "replacing one private training example"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +23,7 @@ from dpdistill.data.augment import strong_augment
 from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_classifier
+from dpdistill.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def contrastive_loss(first: Tensor, second: Tensor, temperature: float) -> Tenso
 
 
 def pretrain_contrastive(images: Tensor, num_classes: int, config: ContrastiveConfig,
-                         progress: Callable[[dict], None] | None = None) -> tuple[Classifier, dict]:
+                         progress: Progress | None = None) -> tuple[Classifier, dict]:
     """A `config.arch` classifier whose backbone is trained contrastively on `images` (its head stays as built);
     the report gives the loss history and wall time."""
     if len(images) < 2:

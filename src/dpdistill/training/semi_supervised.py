@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +26,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.tangent_normal import tangent_normal_loss, tangent_normal_views
 from dpdistill.models.base import Classifier
+from dpdistill.progress import Progress
 from dpdistill.training.teacher import fresh_classifier
 from dpdistill.training.vae import VaeConfig, fit_vae
 
@@ -70,7 +70,7 @@ class ConsistencyConfig:
                               f"{self.weight} and {self.lr}")
 
 
-def manifold_triples(unlabelled: Tensor, config: ConsistencyConfig, progress: Callable[[dict], None] | None = None
+def manifold_triples(unlabelled: Tensor, config: ConsistencyConfig, progress: Progress | None = None
                      ) -> tuple[Tensor, dict]:
     """(3, n, ...): each unlabelled image's reconstruction, tangent and normal neighbours, from a VAE fitted to the
     unlabelled images (made once: the VAE stays fixed while the classifier learns), and the VAE's report."""
@@ -84,7 +84,7 @@ def manifold_triples(unlabelled: Tensor, config: ConsistencyConfig, progress: Ca
 
 def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test: Tensor, y_test: Tensor,
                       num_classes: int, config: ConsistencyConfig,
-                      progress: Callable[[dict], None] | None = None, triples: Tensor | None = None
+                      progress: Progress | None = None, triples: Tensor | None = None
                       ) -> tuple[Classifier, dict]:
     """Train `config.arch` (Adam, cosine decay) on labelled `images` and `unlabelled` ones; report test accuracy
     and, for fixmatch, how many unlabelled images passed the threshold in the last steps (the share it trusts

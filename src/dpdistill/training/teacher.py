@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +17,7 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
+from dpdistill.progress import Progress
 
 
 SCATTER_INIT = "scatter"  # --init value: heads on the fixed scattering transform, no encoder and no public images
@@ -82,7 +82,7 @@ def _adam_with_cosine(parameters: list[torch.Tensor], lr: float, weight_decay: f
 
 
 def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_classes: int, config: TeacherConfig,
-                progress: Callable[[dict], None] | None = None) -> tuple[Tensor, Tensor, dict]:
+                progress: Progress | None = None) -> tuple[Tensor, Tensor, dict]:
     """One linear head per partition on frozen `features` (N, F), all trained at once: weight (M, F, classes)
     and bias (M, classes), with the report's loss history and wall time.
 
@@ -163,7 +163,7 @@ def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_clas
     return encoder
 
 
-def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Callable[[dict], None] | None = None,
+def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Progress | None = None,
                      evaluate_each_epoch: bool = True, targets: Tensor | None = None) -> tuple[Classifier, dict]:
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
     (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members). `targets`

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
 from dpdistill.errors import ConfigError
 from dpdistill.models.vae import VAE
+from dpdistill.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class VaeConfig:
             raise ConfigError(f"the VAE's lr must be positive, got {self.lr}")
 
 
-def fit_vae(images: Tensor, config: VaeConfig, progress: Callable[[dict], None] | None = None) -> tuple[VAE, dict]:
+def fit_vae(images: Tensor, config: VaeConfig, progress: Progress | None = None) -> tuple[VAE, dict]:
     """A VAE fitted to `images`; its report gives the final negative ELBO per image (nats) and the wall time."""
     if len(images) < 2:
         raise ConfigError("a VAE needs at least two images to fit")
