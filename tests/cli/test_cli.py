@@ -283,6 +283,16 @@ def test_an_unwritable_out_is_refused(tmp_path: Path, monkeypatch):
     assert result.exit_code == 2 and "not writable" in result.output and not (tmp_path / "new").exists()
 
 
+def test_an_error_stays_on_one_line_whatever_the_path_length_and_terminal_width(tmp_path: Path):
+    (tmp_path / "file").write_text("mine")
+    out = tmp_path / "file" / ("a-long-folder-name-" * 11)[:200]
+    result = runner.invoke(app, ["train-private", "--dataset", "digits", "--epsilon", "1", "--out", str(out)],
+                           env={"COLUMNS": "40"})
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1
+    assert str(out) in errors[0] and errors[0].endswith("which is a file: give a directory")
+
+
 def test_runs_leave_no_lock_behind(tmp_path: Path):
     refused = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--resume", "--out", tmp_path)
     assert refused.exit_code == 2 and "nothing to resume" in refused.output

@@ -12,11 +12,13 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
 from rich.table import Table
 
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import DpDistillError
+from dpdistill.progress import Progress
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
@@ -70,7 +72,7 @@ def clear_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except DpDistillError as error:
-            console.print(f"[bold red]error:[/] {error}", highlight=False)
+            console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             console.print("interrupted: the last checkpoint is kept; continue with the same command and --resume")
@@ -84,10 +86,10 @@ def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _progress_bar(total: int | None, description: str) -> tuple[Progress, Callable[[dict], None]]:
+def _progress_bar(total: int | None, description: str) -> tuple[Bar, Progress]:
     """A bar counting to `total`; a record's "total" replaces it where only the run knows the end (a teacher's
     epochs, raised to reach --min-steps)."""
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
     task = bar.add_task(description, total=total, status="")
 
@@ -243,7 +245,8 @@ def transcribe_command(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Convert a teacher into a private student and generator. Both are differentially private."""
-    from dpdistill.methods.config import TranscriptionConfig, build_config, parse_assignments
+    from dpdistill.methods.config import TranscriptionConfig, build_config
+    from dpdistill.settings import parse_assignments
     from dpdistill.methods.teachers import teacher_provenance
     from dpdistill.pipeline import transcribe
 
@@ -254,7 +257,8 @@ def transcribe_command(
          "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
          "class_balanced": class_balanced, "discriminator": discriminator, "gradient_operation": gradient_op,
          "reproducible_noise": reproducible_noise or None,
-         "sample_source": None if sample_source is None else str(sample_source), **parse_assignments(set_)},
+         "sample_source": None if sample_source is None else str(sample_source),
+         **parse_assignments(set_, TranscriptionConfig)},
         {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
          "beta": beta, "epsilon0": epsilon0},
         dp_teacher=not resume and teacher_provenance(teacher) is not None,
@@ -388,7 +392,7 @@ def evaluate_command(
 
     result = evaluate(model, dataset, name)
     for warning in result["warnings"]:
-        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     typer.echo(json.dumps(result, indent=2))
 
 
@@ -436,7 +440,7 @@ def import_teacher_command(
     if declared is not None:
         console.print(f"declared: {declared.statement()}", highlight=False)
     for warning in report["warnings"]:
-        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
 @app.command("demo")
@@ -554,15 +558,16 @@ def release_command(
 
     From the private data, one release under one epsilon: a DP-SGD teacher, transcribed at no further budget into a
     student of any architecture, a generator and a synthetic set."""
-    from dpdistill.methods.config import parse_assignments
+    from dpdistill.methods.config import TranscriptionConfig
     from dpdistill.methods.release import ReleaseConfig, build_release_config
     from dpdistill.pipeline import release
+    from dpdistill.settings import parse_assignments
     from dpdistill.training.private import PrivateTrainingConfig
 
     config = None if resume else build_release_config(
         dataset, epsilon, delta, relation, teacher_arch, student_arch, synthetic_size, preset, seed, device,
         parse_assignments(teacher_set, PrivateTrainingConfig),
-        {**parse_assignments(set_), **({} if iterations is None else {"iterations": iterations})})
+        {**parse_assignments(set_, TranscriptionConfig), **({} if iterations is None else {"iterations": iterations})})
     settings = _saved_config(out, ReleaseConfig) if resume else config
     bar, update = _progress_bar(None if settings is None else settings.transcription.iterations,
                                 f"release on {dataset}")
@@ -804,7 +809,7 @@ def synthesize_command(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Make a private labelled synthetic set from the data."""
-    from dpdistill.methods.config import parse_assignments
+    from dpdistill.settings import parse_assignments
     from dpdistill.methods.registry import synthesis_method
     from dpdistill.pipeline import saved_synthesis_method, synthesize
 
@@ -861,7 +866,7 @@ def federated_command(
 ) -> None:
     """Data owners answer through secure aggregation (Flower)."""
     from dpdistill.federated.config import FederatedConfig
-    from dpdistill.methods.config import parse_assignments
+    from dpdistill.settings import parse_assignments
     from dpdistill.pipeline import federated
     from dpdistill.privacy.ledger import Budget
 
