@@ -20,8 +20,9 @@ data:
 demo: setup
 	$(BIN)/dpdistill demo --out runs/demo
 
+# two workers, one torch thread each: runs that wait on processes (Flower) leave the other core busy
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

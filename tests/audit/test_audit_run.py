@@ -34,6 +34,7 @@ def test_the_audited_data_holds_the_included_canaries_with_their_wrong_labels_on
     assert torch.allclose(audited.x_test, digits.x_test, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     report = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, student_arch="cnn", epochs=30),
                        tmp_path)
@@ -77,6 +78,7 @@ def test_pate_keeps_the_canaries_in_its_members_partitions_under_its_guarantee(t
     assert report["audit"]["epsilon_lower_bound"] <= 5.0 and not report["refuted"]  # measured 0
 
 
+@pytest.mark.slow
 def test_a_synthetic_set_is_scored_too_with_the_confidence_split(tmp_path: Path):
     report = run_audit(AuditConfig("digits", method="dp-merf", epsilon=1.0, canaries=200, inversion=False,
                                    settings=("rff_features=64", "synthetic_size=200", "steps=50")), tmp_path)

@@ -18,6 +18,7 @@ def _harness():
     return module
 
 
+@pytest.mark.slow
 def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     harness = _harness()
     markdown = tmp_path / "BENCHMARKS.md"
@@ -149,6 +150,7 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
     assert {"pate-250-eps10-q2000-fmnist", "pate-250-eps10-q400-mnist"} <= names
 
 
+@pytest.mark.slow
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
     import pytest
 

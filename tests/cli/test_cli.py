@@ -293,6 +293,7 @@ def test_an_error_stays_on_one_line_whatever_the_path_length_and_terminal_width(
     assert str(out) in errors[0] and errors[0].endswith("which is a file: give a directory")
 
 
+@pytest.mark.slow
 def test_runs_leave_no_lock_behind(tmp_path: Path):
     refused = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--resume", "--out", tmp_path)
     assert refused.exit_code == 2 and "nothing to resume" in refused.output

@@ -47,6 +47,7 @@ def test_owners_prepared_otherwise_are_refused(tmp_path: Path):
     assert result.exit_code == 2 and "prepared with other settings" in result.output
 
 
+@pytest.mark.slow
 def test_the_command_runs_a_federation_and_prints_its_guarantee(tmp_path: Path):
     """The acceptance command at a small scale: five owners on a Dirichlet(0.5) split, simulation engine."""
     out = tmp_path / "run"

@@ -21,6 +21,7 @@ from dpdistill.privacy.ledger import event_from_json
 from dpdistill.privacy.accounting import rdp_epsilon
 
 runner = CliRunner()
+pytestmark = pytest.mark.xdist_group("synthesize")  # one worker runs the module's two syntheses
 TINY = ("--dataset", "digits", "--teachers", "10", "--top-k", "16", "--synthetic-size", "600",
         "--set", "student_epochs=4", "--set", "teacher_warmup=20", "--set", "generator_hidden=64",
         "--set", "generator_width=16", "--set", "discriminator_hidden=16", "--set", "teacher_batch=16")
@@ -99,6 +100,7 @@ def merf_synthesized(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_dpmerf_writes_a_synthetic_set_that_teaches_a_classifier(merf_synthesized: Path):
     """At a loose budget the released means are nearly exact: the set teaches far above chance (10%)."""
     report = json.loads((merf_synthesized / "report.json").read_text())

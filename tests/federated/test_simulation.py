@@ -22,7 +22,7 @@ from dpdistill.models.ensemble import plurality_counts
 from dpdistill.pipeline import federated
 from dpdistill.privacy.ledger import Budget, ReleaseLedger
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("federation")]  # one worker trains the owners
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
                 teacher_min_steps=100, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
 

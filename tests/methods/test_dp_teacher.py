@@ -84,6 +84,7 @@ def test_a_dp_teacher_with_a_sample_source_is_refused_before_any_write(dp_teache
     assert not (tmp_path / "run").exists() and not (dp_teacher / LEDGER_FILE).exists()
 
 
+@pytest.mark.slow
 def test_the_synthetic_set_is_balanced_labelled_by_the_dp_teacher_and_measured(dp_teacher: Path, tmp_path: Path):
     config = build_config(None, {**SMALL, "synthetic_size": 203, "synthetic_epochs": 1}, {"mode": "none"},
                           dp_teacher=True)

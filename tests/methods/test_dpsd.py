@@ -52,6 +52,7 @@ def test_private_run_writes_its_outputs_and_respects_its_budget(digits_teacher: 
     assert student(generator(torch.randn(2, 100))).shape == (2, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, epsilon", [("data", 1e5), ("none", None)])
 def test_tiny_run_learns_above_chance(digits_teacher: Path, tmp_path: Path, mode: str, epsilon):
     """DPSD-T (teacher as discriminator) with little or no noise: the loop itself must transfer knowledge."""
@@ -62,6 +63,7 @@ def test_tiny_run_learns_above_chance(digits_teacher: Path, tmp_path: Path, mode
     assert report["privacy"]["covered"].startswith("NO formal guarantee" if mode == "data" else "nothing")
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_result(digits_teacher: Path, tmp_path: Path):
     """Bit for bit with reproducible (debugging) noise: the journal carries the noise source's state."""
     config = _config("data", reproducible_noise=True)

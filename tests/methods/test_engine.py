@@ -62,6 +62,7 @@ def test_batchnorm_term_needs_a_discriminator_with_batchnorm(digits_teacher: Pat
         transcribe(digits_teacher, config, tmp_path, "digits")
 
 
+@pytest.mark.slow
 def test_upper_bound_engine_learns(digits_teacher: Path, tmp_path: Path):
     config = build_config(None, {"iterations": 120, "batch_size": 64, "replay_size": 2000, "eval_every": 60,
                                  "student_steps": 8}, {"mode": "none"})

@@ -156,6 +156,7 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
     assert "PATE on public images" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_consistency_student_learns_from_the_answers_and_the_unlabelled_pool(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
                         student_training="consistency", consistency_steps=300, **LOUD)
@@ -308,6 +309,7 @@ def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_c
     assert entry["status"] == "reserved" and entry["event"]["count"] == 40  # the release happened: it counts
 
 
+@pytest.mark.slow
 def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
                         student_training="tangent-normal", consistency_steps=300, vae_steps=300, **LOUD)

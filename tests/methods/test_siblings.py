@@ -53,6 +53,7 @@ def test_a_method_refuses_what_its_paper_does_not_protect(method: str, mode: str
         build_config(None, {"method": method}, {"mode": mode, "epsilon": 1.0}).validate(10)
 
 
+@pytest.mark.slow
 def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
     """The whole-gradient release transfers knowledge (with DPSD's generator weights and the teacher as
     discriminator: on 8x8 digits DPDFD's alpha = beta = 1 with the student as discriminator does not)."""
@@ -63,6 +64,7 @@ def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
     assert report["accuracy"]["student"] > 0.42  # measured 0.52 and 0.55 on 2 cores: a margin of 0.1 below the lowest
 
 
+@pytest.mark.slow
 def test_srr_learns_and_says_its_student_is_not_covered(digits_teacher: Path, tmp_path: Path):
     report = transcribe(digits_teacher, _srr(iterations=80), tmp_path, "digits")
     # measured 0.45-0.57 in 9 runs (3 teachers x 3 runs), once 0.34 in a full suite: well above chance, with margin
@@ -73,6 +75,7 @@ def test_srr_learns_and_says_its_student_is_not_covered(digits_teacher: Path, tm
     assert report["timing"]["phases"]["pretrain"] > 0
 
 
+@pytest.mark.slow
 def test_srr_resumes_exactly_from_an_interrupted_pretraining(digits_teacher: Path, tmp_path: Path):
     config = _srr(iterations=10, reproducible_noise=True)  # bit for bit only with (debugging) reproducible noise
     transcribe(digits_teacher, config, tmp_path / "whole", "digits")
@@ -96,6 +99,7 @@ def test_pretraining_needs_a_single_teacher(digits_ensemble: Path, tmp_path: Pat
         transcribe(digits_ensemble, config, tmp_path, "digits")
 
 
+@pytest.mark.slow
 def test_a_frozen_generator_keeps_its_pretrained_weights(digits_teacher: Path, tmp_path: Path):
     pretrained = transcribe(digits_teacher, _srr(iterations=1, generator_updates=False), tmp_path / "one", "digits")
     longer = transcribe(digits_teacher, _srr(iterations=20, generator_updates=False), tmp_path / "twenty", "digits")

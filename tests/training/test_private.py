@@ -297,6 +297,7 @@ def _npz(path: Path, train: int, **extra) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_dpsgd_plans_its_sampling_from_the_declared_size_never_the_exact_count(tmp_path: Path):
     config = lambda data: PrivateTrainingConfig(dataset=str(data), epsilon=2.0, batch_size=64, epochs=2,  # noqa: E731
                                                 student_arch="scatter-linear", lr=1.0)

@@ -8,6 +8,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.training.semi_supervised import ConsistencyConfig, train_consistency
 
 
+@pytest.mark.slow
 def test_unlabelled_images_lift_a_student_with_two_labels_per_class():
     digits = load_dataset("digits")
     chosen = torch.cat([(digits.y_train == label).nonzero().squeeze(1)[:2] for label in range(10)])
@@ -40,6 +41,7 @@ def test_no_labelled_image_is_refused():
                           ConsistencyConfig(steps=1))
 
 
+@pytest.mark.slow
 def test_soft_targets_teach_their_most_likely_class():
     digits = load_dataset("digits")
     chosen = torch.cat([(digits.y_train == label).nonzero().squeeze(1)[:5] for label in range(10)])

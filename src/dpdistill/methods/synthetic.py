@@ -5,6 +5,7 @@ synthetic set alone and tested on the whole real test split (its final model, ne
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from abc import abstractmethod
 from pathlib import Path
@@ -74,14 +75,14 @@ def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, me
 
 @torch.no_grad()
 def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], Tensor], size: int, num_classes: int,
-                  batch: int = 1024, max_batches: int = 200) -> tuple[Tensor, Tensor]:
+                  batch: int = 1024, max_batches: int = 200, draws_per_image: int = 20) -> tuple[Tensor, Tensor]:
     """`size` images from `generate(n)`, each class given its share (size / classes, the first classes one more
     where it does not divide) of the draws `label` assigns to it. A class the generator rarely draws may end short
-    after `max_batches` batches: the counts say so."""
+    after `draws_per_image` draws an image (at most `max_batches` batches): the counts say so."""
     shares = [size // num_classes + (label_index < size % num_classes) for label_index in range(num_classes)]
     kept: list[list[Tensor]] = [[] for _ in range(num_classes)]
     counts = [0] * num_classes
-    for _ in range(max_batches):
+    for _ in range(min(max_batches, math.ceil(draws_per_image * size / batch))):
         if counts == shares:
             break
         images = generate(batch).cpu()
