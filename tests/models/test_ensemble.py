@@ -20,7 +20,8 @@ from dpdistill.models.ensemble import (ENSEMBLE_FILE, HEADS, PARTITION_KEY_FILE,
                                        TeacherEnsemble, load_teacher, member_directory, partition_assumption,
                                        read_partition_key)
 from dpdistill import pipeline
-from dpdistill.pipeline import pate, train_teacher_ensemble, transcribe
+from dpdistill.jobs import train_teacher_ensemble
+from dpdistill.pipeline import pate, transcribe
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 KEYED = ("a keyed hash of each example's id (secret key from OS entropy): adding, removing or replacing one example "
