@@ -31,8 +31,8 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import write_json
-from dpdistill.runs import ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive
+from dpdistill.reporting.report import job_markdown, write_json, write_report
+from dpdistill.runs import ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, write_config
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
-    write_json(out_dir / "report.json", report)
+    _publish(out_dir, {"dataset": dataset_name, "teacher": dataclasses.asdict(config)}, report, "Teacher")
     return report
 
 
@@ -91,7 +91,8 @@ def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "
               "config": dataclasses.asdict(config), "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none needed: public images only, no private example and no teacher"}}
-    write_json(out_dir / "report.json", report)
+    _publish(out_dir, {"dataset": dataset_name, "public": public, "public_size": public_size,
+             "pretraining": dataclasses.asdict(config)}, report, "Encoder (contrastive pretraining)")
     return report
 
 
@@ -176,7 +177,8 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     timing = {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
               "evaluation_seconds": evaluation_seconds}
     report = _ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing)
-    write_json(out_dir / "report.json", report)
+    _publish(out_dir, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
+             "teacher": dataclasses.asdict(config)}, report, "Teacher ensemble")
     shutil.rmtree(state)
     return report
 
@@ -209,7 +211,8 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
               "evaluation_seconds": wall_seconds - training_seconds}
     report = {**_ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing),
               "history": training["history"]}
-    write_json(out_dir / "report.json", report)
+    _publish(out_dir, {"dataset": dataset_name, "partitions": len(parts), "alpha": partition.get("alpha"),
+             "teacher": dataclasses.asdict(config)}, report, "Teacher ensemble")
     return report
 
 
@@ -317,7 +320,9 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
               "warnings": warnings, "dpdistill_version": __version__,
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"} if declared is None
               else {"guarantee": declared.statement(), "declared": declared.to_json()}}
-    write_json(out_dir / "report.json", report)
+    _publish(out_dir, {"dataset": dataset_name, "factory": factory, "weights": str(weights),
+             "input_transform": input_transform, "declared": None if declared is None else declared.to_json()},
+             report, "Imported teacher")
     return report
 
 
@@ -333,3 +338,9 @@ def _check_import_out(out_dir: Path, overwrite: bool) -> None:
     if is_ensemble(out_dir):
         raise ConfigError(f"--out {out_dir} holds a teacher ensemble; an imported model is a single teacher: choose "
                           f"another --out")
+
+
+def _publish(out_dir: Path, settings: dict[str, Any], report: dict[str, Any], title: str) -> None:
+    """What every job leaves, as a method's run does: its settings (config.json), report.json and report.md."""
+    write_config(out_dir, settings)
+    write_report(out_dir, report, job_markdown(report, title))
