@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpdistill.pipeline import train_teacher
+from dpdistill.jobs import train_teacher
 from dpdistill.training.teacher import TeacherConfig
 from helpers import TeacherReads, counting_teacher_reads
 
@@ -55,7 +55,7 @@ def digits_dp_teacher(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def digits_ensemble(tmp_path_factory) -> Path:
     """Four cnn teachers on disjoint IID quarters of the digits training split (a few seconds)."""
-    from dpdistill.pipeline import train_teacher_ensemble
+    from dpdistill.jobs import train_teacher_ensemble
 
     directory = tmp_path_factory.mktemp("ensemble")
     train_teacher_ensemble("digits", directory, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=60), 4)
@@ -65,7 +65,7 @@ def digits_ensemble(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def digits_encoder(tmp_path_factory) -> Path:
     """A cnn encoder pretrained briefly on the digits public pool (the first 200 test images)."""
-    from dpdistill.pipeline import pretrain
+    from dpdistill.jobs import pretrain
     from dpdistill.training.self_supervised import ContrastiveConfig
 
     directory = tmp_path_factory.mktemp("encoder")

@@ -15,7 +15,7 @@ from dpdistill.cli import main as cli
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.methods.pate import PateConfig
-from dpdistill.pipeline import evaluate
+from dpdistill.jobs import evaluate
 from dpdistill.training.private import PrivateTrainingConfig
 from dpdistill.training.self_supervised import ContrastiveConfig
 from dpdistill.training.teacher import TeacherConfig

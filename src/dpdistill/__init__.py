@@ -1,10 +1,27 @@
 """dpdistill: turn a model trained on private data into a differentially private student and generator."""
 
+import sys
+from types import ModuleType
 from typing import Any
 
 __version__ = "0.1.0"
 
-from dpdistill import methods  # noqa: E402  callable: dpdistill.methods() lists every method (methods/__init__.py)
+from dpdistill import methods  # noqa: E402
+
+
+class _ListingPackage(ModuleType):
+    """`dpdistill.methods()` lists every method (name, one-line description, what it needs, its paper, the command
+    that runs it and its presets). A function of that name here would be replaced by the package `dpdistill.methods`
+    as soon as it is imported, so the listing lives on the package itself; the methods are imported on the first
+    call (they pull in PyTorch and Opacus)."""
+
+    def __call__(self) -> list[dict[str, str]]:
+        from dpdistill.registry import methods as registered
+
+        return registered()
+
+
+sys.modules[methods.__name__].__class__ = _ListingPackage
 
 # The Python API (dpdistill/api.py), imported on first use: `import dpdistill` and the command line stay light.
 _API = ("ModelResult", "ReleaseResult", "Result", "StudentResult", "SyntheticResult", "audit", "dgd", "evaluate",

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from torch import nn
 
-from dpdistill import pipeline
+from dpdistill import jobs, pipeline
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.methods.release import STUDENT_ARCH, SYNTHETIC_SIZE, TEACHER_ARCH
@@ -72,10 +72,10 @@ def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichl
     if partitions == 1 and (dirichlet_alpha is not None or config.heads_only):
         raise ConfigError("dirichlet_alpha and heads_only shape an ensemble: use them with partitions > 1")
     if partitions > 1 or resume:
-        report = pipeline.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume,
+        report = jobs.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume,
                                                   overwrite)
     else:
-        report = pipeline.train_teacher(dataset, out, config, progress, overwrite)
+        report = jobs.train_teacher(dataset, out, config, progress, overwrite)
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
     return ModelResult(out, report, load_model(out))
@@ -92,7 +92,7 @@ def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | P
     out = Path(out)
     transform = input_transform_spec(input_range, mean, std)
     declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
-    report = pipeline.import_teacher(factory, Path(weights), dataset, out, transform, overwrite, declared)
+    report = jobs.import_teacher(factory, Path(weights), dataset, out, transform, overwrite, declared)
     return ModelResult(out, report, load_model(out))
 
 
@@ -103,7 +103,7 @@ def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public
     from dpdistill.training.self_supervised import ContrastiveConfig
 
     out = Path(out)
-    report = pipeline.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress,
+    report = jobs.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress,
                                 overwrite)
     return ModelResult(out, report, load_classifier(out, ENCODER, kind="encoder")[0])
 
@@ -237,7 +237,7 @@ def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsil
     """`dpdistill synthesize`: `method` is datalens or dp-merf, `options` the fields of its config (DataLensConfig:
     teachers, top_k, sigma, steps, ...; MeanEmbeddingConfig: embedding, rff_features, steps, ...), over the
     `preset`'s; with `resume`, the run's saved method and settings instead."""
-    from dpdistill.methods.registry import synthesis_method
+    from dpdistill.registry import synthesis_method
 
     out = Path(out)
     config = None if resume else synthesis_method(method).build_config(
@@ -250,4 +250,4 @@ def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsil
 def evaluate(model: str | Path, dataset: str, *, name: str | None = None) -> Result:
     """`dpdistill evaluate`: the accuracy of the model in `model` (a directory) on `dataset`'s test split, which
     images it was measured on (`measured_on`) and `warnings`; `out` is the directory evaluated."""
-    return Result(Path(model), pipeline.evaluate(Path(model), dataset, name))
+    return Result(Path(model), jobs.evaluate(Path(model), dataset, name))

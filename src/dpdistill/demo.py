@@ -34,10 +34,12 @@ from rich.console import Console
 from rich.table import Table
 
 from dpdistill.errors import ConfigError
+from dpdistill.jobs import train_teacher
 from dpdistill.methods.config import build_config
-from dpdistill.pipeline import check_out_dir, train_private, train_teacher, transcribe
+from dpdistill.pipeline import train_private, transcribe
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import is_covered, write_json
+from dpdistill.runs import check_out_dir
 from dpdistill.training.private import PrivateTrainingConfig
 from dpdistill.training.teacher import TeacherConfig
 

@@ -154,7 +154,7 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
 def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_it(tmp_path: Path):
     import pytest
 
-    from dpdistill.pipeline import train_teacher_ensemble
+    from dpdistill.jobs import train_teacher_ensemble
     from dpdistill.training.teacher import TeacherConfig
 
     harness = _harness()

@@ -11,7 +11,7 @@ from dpdistill.data import load_dataset
 from dpdistill.data.public import PoolSource
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.ensemble import load_saved
-from dpdistill.pipeline import train_teacher
+from dpdistill.jobs import train_teacher
 from dpdistill.training.teacher import TeacherConfig
 
 runner = CliRunner()

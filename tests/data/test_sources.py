@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dpdistill.data import data_home, list_datasets, load_dataset
-from dpdistill.data.paths import fmnist_dir
+from dpdistill.paths import fmnist_dir
 from dpdistill.errors import DatasetError
 
 from helpers import write_idx_folder

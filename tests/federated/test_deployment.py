@@ -17,7 +17,7 @@ from dpdistill.federated.engines import deploy
 from dpdistill.federated.owners import prepare_owners
 from dpdistill.federated.protocol import RunTerms
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
-from dpdistill.methods.federated import calibrated_wire, vote_wire
+from dpdistill.federated.method import calibrated_wire, vote_wire
 
 pytestmark = pytest.mark.slow
 

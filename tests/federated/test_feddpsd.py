@@ -18,7 +18,7 @@ from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory
 from dpdistill.federated.protocol import GRID_STEPS, AnswerRejected, GradientAnswer, RunTerms, Wire
 from dpdistill.federated.transcription import OwnersAnnotator
-from dpdistill.methods.federated import FederationError, ServerPlan
+from dpdistill.federated.method import FederationError, ServerPlan
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
 from dpdistill.pipeline import federated

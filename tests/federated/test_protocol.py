@@ -86,7 +86,7 @@ def test_secure_aggregation_unmasks_only_sums_of_owners_minus_dropouts_whoever_a
 @pytest.mark.parametrize("owners, dropouts", [(2, 0), (5, 2)])
 def test_the_stated_epsilon_holds_against_an_owner_who_knows_its_own_share(owners: int, dropouts: int):
     from dpdistill.federated.config import FederatedConfig
-    from dpdistill.methods.federated import calibrated_wire
+    from dpdistill.federated.method import calibrated_wire
 
     config = FederatedConfig(epsilon=1.0, dataset="digits", clients=owners, dropouts=dropouts)
     assert config.colluders == 1  # every owner is one: the default

@@ -15,7 +15,7 @@ from dpdistill.errors import BudgetExceededError
 from dpdistill.data.public import public_split
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory
-from dpdistill.methods.federated import FederationError
+from dpdistill.federated.method import FederationError
 from dpdistill.methods.pate import ANSWERS_FILE
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.ensemble import plurality_counts

@@ -14,7 +14,8 @@ from dpdistill.methods.engine import AnswerJournal, TranscriptionEngine
 from dpdistill.training.state import save_state
 from dpdistill.models.checkpoint import load_classifier, load_generator
 from dpdistill.models.ensemble import load_teacher
-from dpdistill.pipeline import evaluate, transcribe
+from dpdistill.jobs import evaluate
+from dpdistill.pipeline import transcribe
 from dpdistill.privacy.ledger import ReleaseLedger
 
 CHANCE = 0.1

@@ -4,7 +4,7 @@ import importlib
 
 import dpdistill
 from dpdistill.methods.base import Needs
-from dpdistill.methods.registry import METHODS
+from dpdistill.registry import METHODS
 from dpdistill.privacy.ledger import UncoveredRead, coverage
 
 

@@ -19,8 +19,9 @@ from dpdistill.models.checkpoint import load_classifier
 from dpdistill.models.ensemble import (ENSEMBLE_FILE, HEADS, PARTITION_KEY_FILE, HeadEnsemble, MemberEnsemble,
                                        TeacherEnsemble, load_teacher, member_directory, partition_assumption,
                                        read_partition_key)
-from dpdistill import pipeline
-from dpdistill.pipeline import pate, train_teacher_ensemble, transcribe
+from dpdistill import jobs
+from dpdistill.jobs import train_teacher_ensemble
+from dpdistill.pipeline import pate, transcribe
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 KEYED = ("a keyed hash of each example's id (secret key from OS entropy): adding, removing or replacing one example "
@@ -57,7 +58,7 @@ def test_each_member_trains_on_its_own_keyed_partition_and_they_are_disjoint(tmp
         trained_on.append(dataset.ids_train.clone())
         return train_classifier(dataset, config, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "train_classifier", recording)
+    monkeypatch.setattr(jobs, "train_classifier", recording)
     train_teacher_ensemble("digits", tmp_path, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=1), 3)
     ids = load_dataset("digits").ids_train
     assert len(trained_on) == 3 and all(len(part) > 0 for part in trained_on)
@@ -107,7 +108,7 @@ def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member
                                                                                 monkeypatch: pytest.MonkeyPatch):
     key = bytes(range(KEY_BYTES))
     fresh_keys = iter([key, key])  # one per fresh training: the resumed one must reuse its saved key
-    monkeypatch.setattr(pipeline, "new_partition_key", lambda: next(fresh_keys))
+    monkeypatch.setattr(jobs, "new_partition_key", lambda: next(fresh_keys))
     config = TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=5)
     whole = train_teacher_ensemble("digits", tmp_path / "whole", config, 3)
 
@@ -127,7 +128,7 @@ def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member
         trained_sizes.append(len(subset.y_train))
         return train_classifier(subset, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "train_classifier", counting)
+    monkeypatch.setattr(jobs, "train_classifier", counting)
     resumed = train_teacher_ensemble("cifar-does-not-matter", out, TeacherConfig(epochs=9), 7, resume=True)
     assert resumed["ensemble"]["members"] == 3  # the saved settings, not the call's
     assert trained_sizes == [whole["members"][2]["examples"]]  # only the unfinished member is trained

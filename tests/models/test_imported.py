@@ -15,7 +15,8 @@ from dpdistill.methods.config import build_config
 from dpdistill.models import build_classifier, load_classifier
 from dpdistill.models.imported import import_classifier
 from dpdistill.models.transform import input_transform_spec, parse_input_transform
-from dpdistill.pipeline import import_teacher, transcribe
+from dpdistill.jobs import import_teacher
+from dpdistill.pipeline import transcribe
 
 FACTORIES = textwrap.dedent("""
     import torch

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
-from dpdistill.data.paths import ledgers_home
+from dpdistill.paths import ledgers_home
 from dpdistill.errors import BudgetExceededError
 from dpdistill.methods.config import build_config
 from dpdistill.pipeline import synthesize, train_private, transcribe

@@ -21,7 +21,8 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.checkpoint import load_classifier
 from dpdistill.reporting.report import as_written
 from dpdistill.training.annotation import DistillationGradient
-from dpdistill.pipeline import evaluate, train_private
+from dpdistill.jobs import evaluate
+from dpdistill.pipeline import train_private
 from dpdistill.runs import exclusive
 from dpdistill.privacy.accounting import GaussianQuery, SampledReleaseQuery, composed_epsilon, dpsgd_epsilon
 from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from dpdistill import pipeline
+from dpdistill import jobs, pipeline
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.progress import Progress
 from dpdistill.training.teacher import TeacherConfig
@@ -42,7 +42,7 @@ class PrivateModels:
         """One teacher on all the audited data (`--teacher-arch`)."""
         out = private_model_dir(self.data, TEACHER_DIR)
         if not out.is_dir():
-            pipeline.train_teacher(self.data, out, TeacherConfig(arch=self.config.teacher_arch, seed=self.config.seed,
+            jobs.train_teacher(self.data, out, TeacherConfig(arch=self.config.teacher_arch, seed=self.config.seed,
                                                                  device=self.config.device), self.progress)
         return out
 
@@ -52,7 +52,7 @@ class PrivateModels:
         if not out.is_dir():
             heads = TeacherConfig(init="scatter", heads_only=True, lr=0.01, weight_decay=0.01, seed=self.config.seed,
                                   device=self.config.device)
-            pipeline.train_teacher_ensemble(self.data, out, heads, self.config.teacher_count, progress=self.progress)
+            jobs.train_teacher_ensemble(self.data, out, heads, self.config.teacher_count, progress=self.progress)
         return out
 
     def transcribed(self) -> Path:
@@ -117,7 +117,7 @@ def _build_dpsgd(config: "AuditConfig", data: str) -> Any:
 
 def _synthesis(method: str) -> Callable[["AuditConfig", str], Any]:
     def build(config: "AuditConfig", data: str) -> Any:
-        from dpdistill.methods.registry import synthesis_method
+        from dpdistill.registry import synthesis_method
 
         chosen = synthesis_method(method)
         return chosen.build_config(config.preset, {
@@ -156,7 +156,7 @@ def _transcription(method: str, mode: str) -> Callable[["AuditConfig", str], Any
 def _run_nonprivate(built: tuple[str, TeacherConfig], models: PrivateModels, out: Path,
                     progress: Progress | None) -> dict[str, Any]:
     data, teacher = built
-    return pipeline.train_teacher(data, out, teacher, progress)
+    return jobs.train_teacher(data, out, teacher, progress)
 
 
 def _run_dpsgd(built: Any, models: PrivateModels, out: Path, progress: Progress | None) -> dict[str, Any]:

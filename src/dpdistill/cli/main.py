@@ -166,7 +166,7 @@ def train_teacher_command(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Train a non-private teacher, or a teacher ensemble. It is the private model to be converted."""
-    from dpdistill.pipeline import interrupted_ensemble, train_teacher, train_teacher_ensemble
+    from dpdistill.jobs import interrupted_ensemble, train_teacher, train_teacher_ensemble
     from dpdistill.privacy.ledger import Budget, ReleaseLedger
     from dpdistill.training.teacher import TeacherConfig
 
@@ -388,7 +388,7 @@ def evaluate_command(
     """Accuracy of a saved model on a real test split. JSON on stdout.
 
     Test images the model saw as public images are left out, and said so on stderr."""
-    from dpdistill.pipeline import evaluate
+    from dpdistill.jobs import evaluate
 
     result = evaluate(model, dataset, name)
     for warning in result["warnings"]:
@@ -428,7 +428,7 @@ def import_teacher_command(
 
     Its factory file is kept with it; weights come from safetensors only."""
     from dpdistill.models.transform import parse_input_transform
-    from dpdistill.pipeline import import_teacher
+    from dpdistill.jobs import import_teacher
     from dpdistill.privacy.provenance import Provenance
 
     declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
@@ -595,7 +595,7 @@ def pretrain_command(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Contrastive pretraining on public, unlabelled images. A starting point for teachers and PATE students."""
-    from dpdistill.pipeline import pretrain
+    from dpdistill.jobs import pretrain
     from dpdistill.training.self_supervised import ContrastiveConfig
 
     config = ContrastiveConfig(arch=arch, steps=steps, batch_size=batch_size, temperature=temperature, lr=lr,
@@ -719,7 +719,7 @@ def dgd_command(
     images, from every one. With --baseline the images come from a generator trained against it (faithful, no
     formal guarantee); with --sample-source from a covered generator; with neither, public images (covered)."""
     from dpdistill.methods.dgd import build_dgd_config, parse_dgd_assignments
-    from dpdistill.methods.registry import method_named
+    from dpdistill.registry import method_named
     from dpdistill.pipeline import dgd
 
     if resume:  # the saved settings; with nothing to resume, dgd says so
@@ -810,7 +810,7 @@ def synthesize_command(
 ) -> None:
     """Make a private labelled synthetic set from the data."""
     from dpdistill.settings import parse_assignments
-    from dpdistill.methods.registry import synthesis_method
+    from dpdistill.registry import synthesis_method
     from dpdistill.pipeline import saved_synthesis_method, synthesize
 
     chosen = synthesis_method(saved_synthesis_method(out) if resume else method)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from dpdistill.data.base import ImageDataset, from_arrays
-from dpdistill.data.paths import data_home
+from dpdistill.paths import data_home
 from dpdistill.data.sources import (DatasetStatus, digits_status, fmnist_status, load_digits, load_fmnist,
                                     load_idx_folder, load_mnist, load_npz, mnist_status)
 from dpdistill.errors import DatasetError

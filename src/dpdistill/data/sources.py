@@ -19,7 +19,7 @@ import numpy as np
 
 from dpdistill.data.base import ImageDataset, from_arrays
 from dpdistill.data.idx import read_idx
-from dpdistill.data.paths import data_home, fmnist_dir
+from dpdistill.paths import data_home, fmnist_dir
 from dpdistill.errors import DatasetError
 
 FMNIST_INSTALL = "sudo apt-get install dataset-fashion-mnist"

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dpdistill.evaluation.metrics import outputs
+from dpdistill.models.features import outputs
 from dpdistill.models.scattering import scattering_features
 
 CELLS = 3  # spatial cells a side the coefficients are averaged over

@@ -57,7 +57,7 @@ def check_owners(root: Path, config: FederatedConfig) -> None:
 def prepare_owners(root: Path, config: FederatedConfig, progress: Progress | None = None) -> list[Path]:
     """Each owner's teacher directory, training the owners that have none yet (an interrupted preparation
     continues where it stopped, with the same holdings)."""
-    from dpdistill.pipeline import interrupted_ensemble, train_teacher_ensemble
+    from dpdistill.jobs import interrupted_ensemble, train_teacher_ensemble
 
     check_owners(root, config)
     root.mkdir(parents=True, exist_ok=True)

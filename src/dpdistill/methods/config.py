@@ -87,9 +87,9 @@ class TranscriptionConfig:
         return cls(**values)
 
     def validate(self, num_classes: int) -> None:
-        from dpdistill.methods.registry import transcription_method  # the methods configure this class
+        from dpdistill.methods.dpsd_family import family_member  # the methods configure this class
 
-        transcription_method(self.method).check(self)
+        family_member(self.method).check(self)
         for name in ("iterations", "batch_size", "query_every", "student_steps", "latent_dim", "eval_every",
                      "checkpoint_every", "synthetic_epochs"):
             if getattr(self, name) < 1:
@@ -164,9 +164,9 @@ def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, meth
     if accounting == "paper" and privacy_mode == "data":
         privacy["sigma"] = 100.0
     values: dict[str, Any] = {"iterations": 200, "batch_size": 256, "privacy": privacy}
-    from dpdistill.methods.registry import transcription_method  # the methods configure this class
+    from dpdistill.methods.dpsd_family import family_member  # the methods configure this class
 
-    return {**values, **transcription_method(method).paper_settings}
+    return {**values, **family_member(method).paper_settings}
 
 
 def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
@@ -227,9 +227,9 @@ def build_config(preset: str | None, overrides: dict[str, Any], privacy_override
     epsilon = privacy_overrides.get("epsilon")
     accounting = privacy_overrides.get("accounting") or "sound"
     method = overrides.get("method") or "dpsd"
-    from dpdistill.methods.registry import transcription_method  # the methods configure this class
+    from dpdistill.methods.dpsd_family import family_member  # the methods configure this class
 
-    values: dict[str, Any] = dict(transcription_method(method).defaults)
+    values: dict[str, Any] = dict(family_member(method).defaults)
     privacy_values: dict[str, Any] = {"mode": mode, "epsilon": epsilon}
     if preset is None:
         preset = DP_TEACHER_PRESET if dp_teacher and mode == "none" else DEFAULT_PRESETS.get(mode)

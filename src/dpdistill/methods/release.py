@@ -22,13 +22,14 @@ from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.config import TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import release_markdown
-from dpdistill.runs import REPORT_FILE, execute, release_state, saved_config
+from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.training.private import (PrivateTrainingConfig, declared_train_size, plan_private_training,
                                        selection_note)
 

@@ -14,8 +14,24 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
-from dpdistill.data.paths import features_home
-from dpdistill.evaluation.metrics import outputs
+from dpdistill.paths import features_home
+
+
+@torch.inference_mode()
+def in_batches(model: nn.Module, compute: Callable[[Tensor], Tensor], images: Tensor, batch_size: int,
+               device: str | torch.device) -> Tensor:
+    """`compute` on each batch of `images`, in eval mode (the model's mode is restored afterwards), on the CPU."""
+    was_training = model.training
+    model.eval()
+    outputs = [compute(images[i:i + batch_size].to(device)).cpu() for i in range(0, len(images), batch_size)]
+    model.train(was_training)
+    return torch.cat(outputs)
+
+
+def outputs(module: nn.Module, images: Tensor, batch_size: int = 1024, device: str | torch.device = "cpu") -> Tensor:
+    """module(images), computed in eval mode in batches: a frozen encoder's or a fixed transform's outputs."""
+    return in_batches(module, module, images, batch_size, device)
+
 
 FIXED_FEATURES_CACHE_SIZE = 4  # in memory: train and test features of the last two (transform, images) pairs
 _fixed_features: dict[str, Tensor] = {}  # insertion order: oldest first

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 import dp_accounting
 from dp_accounting import gaussian_mechanism
 
-from dpdistill.data.paths import ledgers_home
+from dpdistill.paths import ledgers_home
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import QuerySpec, rdp_epsilon, validate_delta, validate_epsilon
 from dpdistill.privacy.accounting import composed_epsilon as query_epsilon

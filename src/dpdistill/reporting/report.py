@@ -455,6 +455,24 @@ def _synthetic_markdown(report: dict[str, Any], statement: str, rows: list[str],
     return "\n".join(lines) + "\n"
 
 
+def job_markdown(report: dict[str, Any], title: str) -> str:
+    """The report of a job that releases nothing (a teacher, an ensemble, an encoder, an imported model): what it is,
+    on which data, how accurate, and that it is private or public, not a release."""
+    dataset = report.get("dataset")
+    rows = [("data set", dataset["name"] if isinstance(dataset, dict) else dataset), ("architecture", report.get("arch")),
+            ("public images", report.get("public"))]
+    rows += [(name.replace("_", " "), _percent(value)) for name, value in report.get("accuracy", {}).items()]
+    if "ensemble" in report:
+        rows += [("members", report["ensemble"]["members"]), ("layout", report["ensemble"]["layout"])]
+    if "timing" in report:
+        rows.append(("wall time", f"{report['timing']['wall_seconds']:.1f} s"))
+    lines = [f"# {title}", "", "| quantity | value |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in rows if value is not None]
+    lines += ["", f"**Privacy:** {report['privacy']['guarantee']}", ""]
+    lines += [f"**Warning:** {warning}" for warning in report.get("warnings", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
     """report.json and report.md in `out_dir`, each written atomically."""
     write_json(out_dir / "report.json", report)

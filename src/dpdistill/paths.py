@@ -1,4 +1,5 @@
-"""Where data lives on this machine: one place for the cache folder and the Fashion-MNIST folder."""
+"""Where dpdistill keeps things on this machine: the cache folder (fetched data, fixed transforms' features, the
+data sets' ledgers) and the Fashion-MNIST folder."""
 
 from __future__ import annotations
 

@@ -1,27 +1,25 @@
-"""Every method by name: what the CLI and the Python API choose from, and what `dpdistill.methods()` lists."""
+"""Every method by name: what the CLI and the Python API choose from, and what `dpdistill.methods()` lists. It sits
+above `methods/` and `federated/`, whose methods it names."""
 
 from __future__ import annotations
 
 from dpdistill.errors import ConfigError
+from dpdistill.federated.method import Federated
 from dpdistill.methods.base import Method
 from dpdistill.methods.datalens import DataLens
 from dpdistill.methods.dgd import DGD
-from dpdistill.methods.dpdfd import DPDFD
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.dpmerf import DpMerf
-from dpdistill.methods.dpsd import DPSD
+from dpdistill.methods.dpsd_family import TRANSCRIPTIONS
 from dpdistill.methods.dpsgd import DPSGD
-from dpdistill.methods.federated import Federated
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
 from dpdistill.methods.release import PrivateRelease
-from dpdistill.methods.srr import SRR
 from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
-METHODS: dict[str, Method] = {method.name: method for method in (DPSD(), DPDFD(), SRR(), PATE(), DPSGD(),
-                                                                  DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD(),
-                                                                  PrivateRelease())}
+METHODS: dict[str, Method] = {**TRANSCRIPTIONS, **{method.name: method for method in (
+    PATE(), DPSGD(), DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD(), PrivateRelease())}}
 
 
 def method_named(name: str, kind: type[Method] = Method) -> Method:
