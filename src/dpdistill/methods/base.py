@@ -1,4 +1,4 @@
-"""The one interface every method implements, so that one lifecycle (runs.py) runs them all.
+"""The one interface every method implements, so that one lifecycle (lifecycle.py) runs them all.
 
 A method says what it needs (a single teacher, an ensemble, or the private data), which paper it comes from and
 which presets it has; it plans a run (the release it will make, known before the first query) and runs it,
