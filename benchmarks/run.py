@@ -958,10 +958,10 @@ def release_table(rows: list[dict]) -> list[str]:
     if not releases:
         return []
     lines = ["", "### One release from the private data: a DP teacher, transcribed for free", "",
-             "`dpdistill release` ([docs/methods/release.md](docs/methods/release.md)): a scatter-linear DP-SGD "
-             "teacher transcribed without noise into a student, a generator and 60,000 synthetic images, all at the "
-             "teacher's epsilon. Synthetic set: DataLens' protocol classifier on the real test split; scattering "
-             "Fréchet distance to the test split, beside two halves of it.", "",
+             "[`dpdistill release`](docs/methods/release.md): a scatter-linear DP-SGD "
+             "teacher transcribed without noise into a student, a generator and 60,000 synthetic images at its "
+             "epsilon (the control: epsilon 1000). Synthetic set: DataLens' classifier, real test split; scattering "
+             "Fréchet distance to it (two halves of it beside).", "",
              "| row | seeds | student % | synthetic-set classifier % | DP teacher % | sound eps (add/remove; "
              "replace-one) | Fréchet (synthetic; real halves) | wall s | peak GB |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
