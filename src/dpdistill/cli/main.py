@@ -90,7 +90,7 @@ def _progress_bar(total: int | None, description: str) -> tuple[Bar, Progress]:
     """A bar counting to `total`; a record's "total" replaces it where only the run knows the end (a teacher's
     epochs, raised to reach --min-steps)."""
     bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
+              TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
     task = bar.add_task(description, total=total, status="")
 
     def update(record: dict) -> None:
