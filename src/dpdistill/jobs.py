@@ -44,7 +44,7 @@ NEAR_CHANCE = 2  # an imported teacher below this many times chance accuracy is 
 
 def train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, progress: Progress | None = None,
                   overwrite: bool = False) -> dict:
-    """Train the (non-private) teacher and write model.safetensors, meta.json and report.json."""
+    """Train the (non-private) teacher: model.safetensors and meta.json, with config.json and the report."""
     with exclusive(out_dir):
         clear_previous = claim_out_dir(out_dir, False, overwrite, False, "teacher training")
         return _train_teacher(dataset_name, out_dir, config, progress, clear_previous)
@@ -70,7 +70,7 @@ def pretrain(dataset_name: str, public: str | None, public_size: int, config: "C
     """Contrastive pretraining on PATE's public pool (the same `public` and `public_size` images a PATE run on
     `dataset_name` sees, never the images it measures accuracy on): writes an encoder (encoder.safetensors + .json)
     that `train-teacher --init`, `pate --student-init` and `train-private --student-init` start from, and
-    report.json."""
+    the report."""
     with exclusive(out_dir):
         clear_previous = claim_out_dir(out_dir, False, overwrite, False, "pretraining")
         return _pretrain(dataset_name, public, public_size, config, out_dir, progress, clear_previous)
@@ -290,7 +290,7 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
                    input_transform: dict[str, Any] | None = None, overwrite: bool = False,
                    declared: Provenance | None = None) -> dict[str, Any]:
     """Make a classifier trained outside dpdistill a teacher (models/imported.py): its weights, description and
-    factory in `out_dir`, and report.json with its test accuracy, warned about when near chance (the usual sign
+    factory in `out_dir`, and a report with its test accuracy, warned about when near chance (the usual sign
     of inputs in another range or normalisation than the model was trained on). `declared`: the DP guarantee its
     owner declares it was trained under, kept as that claim (its transcriptions then cost nothing more).
 
