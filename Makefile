@@ -22,7 +22,7 @@ demo: setup
 
 # two workers, one torch thread each: runs that wait on processes (Flower) leave the other core busy
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -21,7 +21,6 @@ from dpdistill.privacy.ledger import event_from_json
 from dpdistill.privacy.accounting import rdp_epsilon
 
 runner = CliRunner()
-pytestmark = pytest.mark.xdist_group("synthesize")  # one worker runs the module's two syntheses
 TINY = ("--dataset", "digits", "--teachers", "10", "--top-k", "16", "--synthetic-size", "600",
         "--set", "student_epochs=4", "--set", "teacher_warmup=20", "--set", "generator_hidden=64",
         "--set", "generator_width=16", "--set", "discriminator_hidden=16", "--set", "teacher_batch=16")

@@ -14,7 +14,7 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError
 from dpdistill.data.public import public_split
 from dpdistill.federated.config import FederatedConfig
-from dpdistill.federated.owners import owner_directory
+from dpdistill.federated.owners import owner_directory, prepare_owners
 from dpdistill.federated.method import FederationError
 from dpdistill.methods.pate import ANSWERS_FILE
 from dpdistill.methods.teachers import read_teacher
@@ -22,14 +22,18 @@ from dpdistill.models.ensemble import plurality_counts
 from dpdistill.pipeline import federated
 from dpdistill.privacy.ledger import Budget, ReleaseLedger
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("federation")]  # one worker trains the owners
+pytestmark = pytest.mark.slow
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
                 teacher_min_steps=100, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
 
 
 @pytest.fixture(scope="module")
 def owners(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("federation") / "owners"
+    """The five owners and their teachers, trained once for the module's tests (whichever runs first, on whichever
+    worker)."""
+    directory = tmp_path_factory.mktemp("federation") / "owners"
+    prepare_owners(directory, FederatedConfig(**{"epsilon": 30.0, **SETTINGS}))
+    return directory
 
 
 def exact_votes(owner_dirs: list[Path], report: dict, out: Path) -> torch.Tensor:
