@@ -6,7 +6,7 @@ from pathlib import Path
 
 def test_a_teacher_keeps_its_settings_and_a_readable_report(digits_teacher: Path):
     settings = json.loads((digits_teacher / "config.json").read_text())
-    assert settings["dataset"] == "digits" and settings["teacher"]["epochs"] == 6
+    assert settings["dataset"] == "digits" and settings["config"]["epochs"] == 6
     report = json.loads((digits_teacher / "report.json").read_text())
     markdown = (digits_teacher / "report.md").read_text()
     assert markdown.startswith("# Teacher\n") and "| data set | digits |" in markdown

@@ -1,6 +1,5 @@
 """dpdistill: turn a model trained on private data into a differentially private student and generator."""
 
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +20,7 @@ class _ListingPackage(ModuleType):
         return registered()
 
 
-sys.modules[methods.__name__].__class__ = _ListingPackage
+methods.__class__ = _ListingPackage
 
 # The Python API (dpdistill/api.py), imported on first use: `import dpdistill` and the command line stay light.
 _API = ("ModelResult", "ReleaseResult", "Result", "StudentResult", "SyntheticResult", "audit", "dgd", "evaluate",

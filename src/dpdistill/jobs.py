@@ -61,7 +61,7 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none: this is the private model that dpdistill converts"}}
-    _publish(out_dir, {"dataset": dataset_name, "teacher": dataclasses.asdict(config)}, report, "Teacher")
+    _publish(out_dir, {"dataset": dataset_name, "config": dataclasses.asdict(config)}, report, "Teacher")
     return report
 
 
@@ -92,7 +92,7 @@ def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
               "privacy": {"guarantee": "none needed: public images only, no private example and no teacher"}}
     _publish(out_dir, {"dataset": dataset_name, "public": public, "public_size": public_size,
-             "pretraining": dataclasses.asdict(config)}, report, "Encoder (contrastive pretraining)")
+             "config": dataclasses.asdict(config)}, report, "Encoder (contrastive pretraining)")
     return report
 
 
@@ -141,12 +141,13 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         parts = dirichlet_partition_indices(dataset.y_train, partitions, alpha, config.seed)
         partition = {"scheme": DIRICHLET, "alpha": alpha, "seed": config.seed}
     partition["assumption"] = PARTITION_ASSUMPTIONS[partition["scheme"]].statement
+    # the settings: what a resumed run continues with, and the finished ensemble's config.json
+    settings = {"dataset": dataset_name, "partitions": partitions, "alpha": alpha, "config": dataclasses.asdict(config)}
     if config.heads_only:  # a minute of work: nothing to resume
-        return _train_head_ensemble(dataset, dataset_name, out_dir, config, parts, partition, progress, digest)
+        return _train_head_ensemble(dataset, settings, out_dir, config, parts, partition, progress, digest)
     if not resume:
         state.mkdir(parents=True)
-        write_json(plan_path, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
-                               "config": dataclasses.asdict(config)})
+        write_json(plan_path, settings)
     meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
     members, models = [], []
     for index, part in enumerate(parts):
@@ -177,16 +178,17 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     timing = {"wall_seconds": sum(member["wall_seconds"] for member in members) + evaluation_seconds,
               "evaluation_seconds": evaluation_seconds}
     report = _ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing)
-    _publish(out_dir, {"dataset": dataset_name, "partitions": partitions, "alpha": alpha,
-             "teacher": dataclasses.asdict(config)}, report, "Teacher ensemble")
+    _publish(out_dir, settings, report, "Teacher ensemble")
     shutil.rmtree(state)
     return report
 
 
-def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path, config: TeacherConfig,
+def _train_head_ensemble(dataset: ImageDataset, settings: dict[str, Any], out_dir: Path, config: TeacherConfig,
                          parts: list[Tensor], partition: dict, progress: Progress | None, digest: str) -> dict:
     """Members as linear heads on the frozen encoder `config.init`: the training split's features once, then
-    all heads at once (training/teacher.train_heads); `digest`, the data set's (its ledger's key)."""
+    all heads at once (training/teacher.train_heads); `settings`, the ensemble's (its config.json); `digest`, the
+    data set's (its ledger's key)."""
+    dataset_name = settings["dataset"]
     started = time.perf_counter()
     if config.init == SCATTER_INIT:  # a fixed transform: nothing pretrained, no public images
         encoder = build_classifier(config.arch, dataset.input_shape, dataset.num_classes)
@@ -211,8 +213,7 @@ def _train_head_ensemble(dataset: ImageDataset, dataset_name: str, out_dir: Path
               "evaluation_seconds": wall_seconds - training_seconds}
     report = {**_ensemble_report(dataset, config, partition, members, test_accuracy, vote_accuracy, timing),
               "history": training["history"]}
-    _publish(out_dir, {"dataset": dataset_name, "partitions": len(parts), "alpha": partition.get("alpha"),
-             "teacher": dataclasses.asdict(config)}, report, "Teacher ensemble")
+    _publish(out_dir, settings, report, "Teacher ensemble")
     return report
 
 
