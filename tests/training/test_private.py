@@ -173,7 +173,8 @@ def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
 def test_private_dpdfd_direct_learns_but_has_no_formal_guarantee(tmp_path: Path):
     report = train_private(PrivateTrainingConfig(**TINY, method="dpdfd-direct", epsilon=50.0, epochs=3), tmp_path)
     privacy = report["privacy"]
-    assert report["accuracy"]["student"] > 0.74  # measured 0.84 and 0.88 on 2 cores: a margin of 0.1 below the lowest
+    # secret noise: 17 runs on 2 cores gave 0.739-0.925 (chance 0.10), so the bound sits far below the lowest
+    assert report["accuracy"]["student"] > 0.5
     assert privacy["formal_guarantee"] is False and privacy["covered"].startswith("NO formal guarantee")
     assert 49.5 < privacy["epsilon"] <= 50.0 and privacy["steps"] == 69
     # independently: each example takes part in K ~ Binomial(69, 1/23) steps, each a Gaussian of the reported
