@@ -7,6 +7,10 @@ the fields of its configuration class, with that class's defaults) and returns w
 Images are what dpdistill's data sets hold: float tensors (N, C, H, W) in [-1, 1]. Every model `load_model` gives
 takes them so and returns logits; an imported teacher applies its own input transform inside (its range and
 normalisation from `import_teacher`), so the same images serve every model, as in `evaluate`.
+
+A call prints nothing unless asked: `progress=True` shows its progress on stderr as the command does (a bar on a
+terminal, plain lines in a log); a callable gets every progress record (a dict such as {"epoch": 3, "total": 10,
+"test_accuracy": 0.9}) instead.
 """
 
 from __future__ import annotations
@@ -26,8 +30,7 @@ from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
 from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE, Provenance
-from dpdistill.progress import Progress
-
+from dpdistill.progress import Progress, shown
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,8 @@ def load_model(path: str | Path, name: str | None = None) -> nn.Module:
 
 def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichlet_alpha: float | None = None,
                   resume: bool = False, overwrite: bool = False, budget: float | None = None,
-                  budget_delta: float = DEFAULT_DELTA, progress: Progress | None = None, **options: Any) -> ModelResult:
+                  budget_delta: float = DEFAULT_DELTA, progress: Progress | bool = False,
+                  **options: Any) -> ModelResult:
     """`dpdistill train-teacher`: one teacher, or with `partitions` > 1 an ensemble; `options` are TeacherConfig's
     fields (arch, epochs, batch_size, lr, min_steps, init, heads_only, ...)."""
     from dpdistill.training.teacher import TeacherConfig
@@ -72,10 +76,12 @@ def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichl
     if partitions == 1 and (dirichlet_alpha is not None or config.heads_only):
         raise ConfigError("dirichlet_alpha and heads_only shape an ensemble: use them with partitions > 1")
     if partitions > 1 or resume:
-        report = jobs.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, progress, resume,
-                                                  overwrite)
+        with shown(progress, "train-teacher") as shown_to:
+            report = jobs.train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, shown_to, resume,
+                                                 overwrite)
     else:
-        report = jobs.train_teacher(dataset, out, config, progress, overwrite)
+        with shown(progress, "train-teacher") as shown_to:
+            report = jobs.train_teacher(dataset, out, config, shown_to, overwrite)
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
     return ModelResult(out, report, load_model(out))
@@ -97,14 +103,14 @@ def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | P
 
 
 def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public_size: int = PUBLIC_POOL_SIZE,
-             overwrite: bool = False, progress: Progress | None = None, **options: Any) -> ModelResult:
+             overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> ModelResult:
     """`dpdistill pretrain`: a contrastive encoder on the public pool; `options` are ContrastiveConfig's fields
     (arch, steps, batch_size, temperature, lr, seed, device)."""
     from dpdistill.training.self_supervised import ContrastiveConfig
 
     out = Path(out)
-    report = jobs.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, progress,
-                                overwrite)
+    with shown(progress, "pretrain") as shown_to:
+        report = jobs.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, shown_to, overwrite)
     return ModelResult(out, report, load_classifier(out, ENCODER, kind="encoder")[0])
 
 
@@ -112,7 +118,7 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
                privacy: str | None = None, epsilon: float | None = None, delta: float | None = None,
                accounting: str | None = None, sigma: float | None = None, beta: float | None = None,
                epsilon0: float | None = None, sample_source: str | Path | None = None, resume: bool = False,
-               overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
+               overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
     """`dpdistill transcribe`: the privacy arguments as the command's (None: the preset's or the default), and
     `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...);
     `sample_source`: a `synthesize` directory whose images are asked about instead of generated ones."""
@@ -125,12 +131,13 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
                        "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
     config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None},
                           dp_teacher=teacher_provenance(Path(teacher)) is not None)
-    report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, progress, overwrite)
+    with shown(progress, "transcribe") as shown_to:
+        report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
 def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | None = None, resume: bool = False,
-         overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
+         overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
     """`dpdistill pate`: `options` are PateConfig's fields (epsilon, queries, public_size, student_arch, ...);
     `sample_source`: a `synthesize` directory whose images replace the public pool; with `resume`, the run's saved
     settings instead."""
@@ -139,13 +146,14 @@ def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | No
     out = Path(out)
     config = None if resume else PateConfig(sample_source=None if sample_source is None else str(sample_source),
                                             **options)
-    report = pipeline.pate(Path(teacher), config, out, resume, progress, overwrite)
+    with shown(progress, "pate") as shown_to:
+        report = pipeline.pate(Path(teacher), config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
 def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, baseline: str | Path | None = None,
         sample_source: str | Path | None = None, resume: bool = False, overwrite: bool = False,
-        progress: Progress | None = None, **options: Any) -> StudentResult:
+        progress: Progress | bool = False, **options: Any) -> StudentResult:
     """`dpdistill dgd`: `baseline` for faithful DGD (no formal guarantee), `sample_source` or neither for the covered
     variant; `options` are PateConfig's fields (queries, vote_noise, delta, seed...), `synthetic_size`, and
     DataFreeConfig's prefixed `generator_` (generator_steps=500); with `resume`, the run's saved settings."""
@@ -154,22 +162,24 @@ def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, b
     out = Path(out)
     config = None if resume else build_dgd_config(epsilon, None if baseline is None else str(baseline),
                                                   None if sample_source is None else str(sample_source), options)
-    report = pipeline.dgd(Path(teacher), config, out, resume, progress, overwrite)
+    with shown(progress, "dgd") as shown_to:
+        report = pipeline.dgd(Path(teacher), config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
 def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bool = False,
-          progress: Progress | None = None, **options: Any) -> dict[str, Any]:
+          progress: Progress | bool = False, **options: Any) -> dict[str, Any]:
     """`dpdistill audit`: `options` are AuditConfig's fields (canaries, epsilon, delta, student_arch, epochs,
     teachers, teacher_arch, preset, settings, inversion, shadows, white_box, seed, device); the report, whose
     `audit` holds the epsilon lower bound beside the claimed `privacy.epsilon`."""
     from dpdistill.audit.run import AuditConfig, run_audit
 
-    return run_audit(AuditConfig(dataset=dataset, method=method, **options), Path(out), progress, overwrite)
+    with shown(progress, "audit") as shown_to:
+        return run_audit(AuditConfig(dataset=dataset, method=method, **options), Path(out), shown_to, overwrite)
 
 
 def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path | None = None, resume: bool = False,
-              overwrite: bool = False, progress: Progress | None = None, **options: Any) -> StudentResult:
+              overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
     """`dpdistill federated`: `options` are FederatedConfig's fields (epsilon, method, dirichlet_alpha, dropouts,
     engine, members_per_owner, queries, ...); `owners`: the owners' directory (default OUT-owners); with `resume`,
     the run's saved settings instead."""
@@ -177,19 +187,22 @@ def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path
 
     out = Path(out)
     config = None if resume else FederatedConfig(dataset=dataset, clients=clients, **options)
-    report = pipeline.federated(config, out, None if owners is None else Path(owners), resume, progress, overwrite)
+    with shown(progress, "federated") as shown_to:
+        report = pipeline.federated(config, out, None if owners is None else Path(owners), resume, shown_to,
+                                    overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
 def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-                  progress: Progress | None = None, **options: Any) -> StudentResult:
+                  progress: Progress | bool = False, **options: Any) -> StudentResult:
     """`dpdistill train-private`: `options` are PrivateTrainingConfig's fields (method, epsilon, student_arch,
     epochs, ...); with `resume`, the run's saved settings instead."""
     from dpdistill.training.private import PrivateTrainingConfig
 
     out = Path(out)
     config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
-    report = pipeline.train_private(config, out, resume, progress, overwrite)
+    with shown(progress, "train-private") as shown_to:
+        report = pipeline.train_private(config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
@@ -206,7 +219,7 @@ def release(dataset: str, out: str | Path, *, epsilon: float, delta: float = DEF
             relation: str = ADD_REMOVE, student_arch: str = STUDENT_ARCH, synthetic_size: int = SYNTHETIC_SIZE,
             teacher_arch: str = TEACHER_ARCH, preset: str | None = None, seed: int = 0, device: str = "cpu",
             teacher_options: dict[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
-            progress: Progress | None = None, **options: Any) -> ReleaseResult:
+            progress: Progress | bool = False, **options: Any) -> ReleaseResult:
     """`dpdistill release`: a DP-SGD teacher on `dataset` at (`epsilon`, `delta`) under `relation`, transcribed at no
     further cost into a `student_arch` student, a generator and `synthetic_size` synthetic images.
     `teacher_options` are PrivateTrainingConfig's fields (epochs, batch_size, lr, ...), `options`
@@ -217,7 +230,8 @@ def release(dataset: str, out: str | Path, *, epsilon: float, delta: float = DEF
     out = Path(out)
     config = None if resume else build_release_config(dataset, epsilon, delta, relation, teacher_arch, student_arch,
                                                       synthetic_size, preset, seed, device, teacher_options, options)
-    report = pipeline.release(config, out, resume, progress, overwrite)
+    with shown(progress, "release") as shown_to:
+        report = pipeline.release(config, out, resume, shown_to, overwrite)
     return ReleaseResult(out, report, load_model(out, STUDENT), load_generator(out)[0],
                          load_model(out / TEACHER_DIR, STUDENT))
 
@@ -233,7 +247,7 @@ class SyntheticResult(StudentResult):
 
 def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsilon: float | None = None,
                preset: str | None = None, resume: bool = False, overwrite: bool = False,
-               progress: Progress | None = None, **options: Any) -> SyntheticResult:
+               progress: Progress | bool = False, **options: Any) -> SyntheticResult:
     """`dpdistill synthesize`: `method` is datalens or dp-merf, `options` the fields of its config (DataLensConfig:
     teachers, top_k, sigma, steps, ...; MeanEmbeddingConfig: embedding, rff_features, steps, ...), over the
     `preset`'s; with `resume`, the run's saved method and settings instead."""
@@ -242,7 +256,8 @@ def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsil
     out = Path(out)
     config = None if resume else synthesis_method(method).build_config(
         preset, {"dataset": dataset, "epsilon": epsilon, **options})
-    report = pipeline.synthesize(config, out, resume, progress, overwrite)
+    with shown(progress, "synthesize") as shown_to:
+        report = pipeline.synthesize(config, out, resume, shown_to, overwrite)
     generator = load_conditional_generator(out)[0] if (out / "generator.safetensors").exists() else None
     return SyntheticResult(out, report, load_model(out, STUDENT), generator)
 

@@ -123,7 +123,7 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     ]
     wall_seconds = time.perf_counter() - started
     write_json(out / SUMMARY, {"runs": list(RUNS), "dataset": dataset, "rows": rows, "wall_seconds": wall_seconds})
-    _print_table(rows, f"dpdistill demo on {dataset} in {wall_seconds:.0f} s, reports under {out}",
+    _print_table(console, rows, f"dpdistill demo on {dataset} in {wall_seconds:.0f} s, reports under {out}",
                  capacity_bits(dpsd["privacy"]), teacher["dataset"]["num_classes"])
     return rows
 
@@ -134,7 +134,7 @@ def capacity_bits(privacy: dict[str, Any]) -> float:
     return privacy["queries"] / (2 * privacy["sigma"] ** 2) / math.log(2)
 
 
-def _print_table(rows: list[dict[str, Any]], title: str, bits: float, classes: int) -> None:
+def _print_table(output: Console, rows: list[dict[str, Any]], title: str, bits: float, classes: int) -> None:
     """The rows, narrow enough for 80 columns (a log's width), then which route to use and why DPSD's is not it."""
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False)  # one space apart: 80 columns
     for column, width in (("route", 14), ("what it uses", 11), ("test accuracy", 8), ("sound epsilon", 7),
@@ -144,7 +144,6 @@ def _print_table(rows: list[dict[str, Any]], title: str, bits: float, classes: i
         table.add_row(row["route"], row["uses"], f"{100 * row['accuracy']:.1f}%", f"{row['epsilon']:.3g}",
                       "-" if row["paper_epsilon"] is None else f"{row['paper_epsilon']:.3g}",
                       "yes" if row["covered"] else "no", row["report"])
-    output = Console()
     output.print(table)
     best, dpsd, transcribed = rows[0], rows[1], rows[3]
     output.print(f"Sound epsilon: dp-accounting's, for replacing one private example, at delta {DEMO_DELTA:g}. *The "

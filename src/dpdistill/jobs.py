@@ -30,7 +30,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import job_markdown, write_json, write_report
 from dpdistill.runs import ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, write_config
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
@@ -54,6 +54,7 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
                    clear_previous: Callable[[], None]) -> dict:
     dataset = load_dataset(dataset_name)
     clear_previous()
+    announce_start(progress)
     model, training = train_classifier(dataset, config, progress)
     save_model(out_dir, model, {**classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
                                                   config.init), DATA_DIGEST: dataset.digest})
@@ -83,6 +84,7 @@ def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "
     evaluation = load_dataset(dataset_name)
     split = public_split(evaluation, public, public_size)
     clear_previous()
+    announce_start(progress)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
     meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
             "kind": "encoder", "pretrained_on": split.description, PUBLIC_POOL: dataclasses.asdict(split.source)}
@@ -130,6 +132,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     if holding is not None:
         dataset = dataset.train_subset(holding)
     clear_previous()
+    announce_start(progress)
     if alpha is None:
         key = read_partition_key(out_dir) if resume else new_partition_key()
         parts = partition_indices(dataset.ids_train, partitions, key)

@@ -1,8 +1,140 @@
 """How long work says how far it is: a callable taking one record per step (a dict such as {"epoch": 3, "total":
-10, "test_accuracy": 0.9}). The command line draws it as a bar; an API caller may pass its own."""
+10, "test_accuracy": 0.9}), and the one display that shows those records to a person.
+
+The library prints nothing by itself: a run reports only to the callable it is given. The command line, and an
+API caller who passes `progress=True`, get a `ProgressDisplay` on stderr: a bar on a terminal, plain lines a log
+can keep when the output is redirected, nothing when quiet."""
 
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+import sys
+import time
+from typing import Callable, Iterator, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
 
 Progress = Callable[[dict], None]
+
+# where a record says how far it is, and what a display shows beside the position
+POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
+SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
+              "confident_share", "loss", "vae_step", "vae_loss", "generator_step", "generator_loss")
+# records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
+MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_step",
+                  "generator_step")
+LOG_INTERVAL_SECONDS = 30.0  # between two plain lines when no milestone comes
+
+
+def announce_start(progress: Progress | None) -> None:
+    """Tell a display that the run's checks have passed and its long work begins: it draws nothing before (or
+    before the first record), so that a refused run prints its error alone. A plain callable only gets records."""
+    start = getattr(progress, "start", None)
+    if callable(start):
+        start()
+
+
+class ProgressDisplay:
+    """Shows a run's records on stderr: a bar on a terminal; when the output is redirected, one plain line (phase,
+    position, rate, ETA, latest figures) at each milestone and every `interval` seconds, with no control
+    characters; nothing at all when `quiet`. Draws nothing before the run's first record.
+
+    `total` is where the count ends; a record's "total" replaces it where only the run knows the end (a teacher's
+    epochs raised to reach --min-steps)."""
+
+    def __init__(self, description: str, total: int | None = None, quiet: bool = False,
+                 terminal: bool | None = None, interval: float = LOG_INTERVAL_SECONDS) -> None:
+        self.description, self.total, self.quiet, self.interval = description, total, quiet, interval
+        self.terminal = Console(stderr=True).is_terminal if terminal is None else terminal
+        self.created = time.monotonic()
+        self.first: tuple[float, int] | None = None  # when and where the count began: the rate is measured from there
+        self.last_line = -float("inf")
+        self.position: int | None = None
+        self.bar: Bar | None = None
+        self.task = None
+
+    def __enter__(self) -> "ProgressDisplay":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        elif not self.quiet and self.last_line > -float("inf") and exc_info[0] is None:
+            self._line(f"{self.description}: done in {_duration(time.monotonic() - self.created)}")
+
+    def start(self) -> None:
+        """The run's checks have passed: show that it began."""
+        if self.quiet or self.bar is not None or self.last_line > -float("inf"):
+            return
+        if self.terminal:
+            self._draw("")
+        else:
+            self.last_line = time.monotonic()
+            self._line(self._plain(self.last_line, [], started=True))
+
+    def __call__(self, record: dict) -> None:
+        if self.quiet:
+            return
+        self.total = record.get("total", self.total)
+        position = next((record[key] for key in POSITION_KEYS if key in record), None)
+        now = time.monotonic()
+        if position is not None:
+            self.position = position
+            if self.first is None or position < self.first[1]:  # a count that starts again: a new phase
+                self.first = (now, position)
+        figures = [f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+                   for key, value in record.items() if key in SHOWN_KEYS]
+        if self.terminal:
+            self._draw("  ".join(figures))
+        elif any(key in record for key in MILESTONE_KEYS) or now - self.last_line >= self.interval:
+            self.last_line = now
+            self._line(self._plain(now, figures, started=False))
+
+    def _draw(self, status: str) -> None:
+        if self.bar is None:
+            self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                           console=Console(stderr=True), transient=False)
+            self.task = self.bar.add_task(self.description, total=self.total, status="")
+            self.bar.start()
+        # a record without a position (pretraining's loss) keeps the bar where it is
+        self.bar.update(self.task, total=self.total, completed=self.position, status=status)
+
+    def _plain(self, now: float, figures: list[str], started: bool) -> str:
+        """'phase position/total rate, ETA, elapsed, figures': the position first, where a log reader looks."""
+        facts = []
+        if self.position is None:
+            head = f"{self.description}:"
+            facts += ["started"] if started else []
+        else:
+            head = f"{self.description} {self.position}/{'?' if self.total is None else self.total}"
+            moved, seconds = self.position - self.first[1], now - self.first[0]
+            if moved > 0 and seconds > 0:
+                facts.append(f"{moved / seconds:.3g}/s")
+                if self.total is not None and self.total >= self.position:
+                    facts.append(f"ETA {_duration((self.total - self.position) * seconds / moved)}")
+        facts.append(f"elapsed {_duration(now - self.created)}")
+        return f"{head} {', '.join([*facts, *figures])}"
+
+    @staticmethod
+    def _line(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def shown(progress: Progress | bool | None, description: str, total: int | None = None) -> Iterator[Progress | None]:
+    """The Python API's `progress` argument as the callable a run takes: None or False, silent; True, a display on
+    stderr; a callable, itself."""
+    if progress is True:
+        with ProgressDisplay(description, total) as display:
+            yield display
+    else:
+        yield progress or None
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s"

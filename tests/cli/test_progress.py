@@ -1,8 +1,12 @@
 """Progress bars count to where the run ends: no position passes the bar's total and the last one reaches it,
 where the run decides the end (a teacher's epochs raised to reach --min-steps) and where a resumed run continues
-with its saved settings rather than the options given."""
+with its saved settings rather than the options given. Redirected, progress is plain lines; quiet, nothing; a
+refused run prints its error alone."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,36 @@ def test_a_resumed_transcription_bar_counts_its_saved_iterations(digits_teacher:
     result = invoke("transcribe", "--teacher", digits_teacher, "--out", tmp_path, "--epsilon", "5", "--resume")
     assert result.exit_code == 0, result.output
     assert _positions(result.output, "dpsd data") == [(4, 4)]  # not the 200 iterations of the options
+
+
+def test_a_redirected_run_logs_readable_lines_without_control_characters(tmp_path: Path):
+    """`dpdistill train-private ... > log 2>&1`, as a scheduler runs it."""
+    log = tmp_path / "log"
+    with log.open("w") as written:
+        finished = subprocess.run([sys.executable, "-m", "dpdistill.cli.main", "train-private", "--dataset", "digits",
+                                   "--epsilon", "10", "--sigma", "1", "--epochs", "2", "--out", tmp_path / "run"],
+                                  stdout=written, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
+    text = log.read_text()
+    assert finished.returncode == 0, text
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", text)  # no escape sequence, no carriage return
+    lines = text.splitlines()
+    assert lines[0].startswith("dpsgd on digits: started, elapsed")
+    assert _positions(text, "dpsgd on digits") == [(1, 2), (2, 2)]
+    assert re.search(r"^dpsgd on digits 2/2 [\d.e+-]+/s, ETA 0s, elapsed \d+s, .*test_accuracy=", text, re.MULTILINE)
+    assert any(line.startswith("dpsgd on digits: done in ") for line in lines) and "student accuracy" in text
+
+
+def test_quiet_prints_nothing_and_writes_the_reports(tmp_path: Path):
+    result = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, "--epochs", "1", "--min-steps", "0",
+                    "--quiet")
+    assert result.exit_code == 0 and result.output == ""
+    assert (tmp_path / "report.md").exists() and (tmp_path / "model.safetensors").exists()
+    refused = invoke("train-teacher", "--dataset", "digits", "--out", tmp_path, "-q")
+    assert refused.exit_code == 2 and refused.stderr.startswith("error:")  # quiet keeps the errors
+
+
+def test_a_refused_run_prints_its_error_alone(tmp_path: Path):
+    (tmp_path / "mine.txt").write_text("kept")
+    result = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--out", tmp_path)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "is not empty" in result.stderr

@@ -37,7 +37,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import load_saved
 from dpdistill.methods.synthetic import SYNTHETIC_FILE
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import (PRIVATE_DIR, audit_markdown, is_covered, save_image_grid,
                                         save_score_histogram)
 from dpdistill.runs import claim_out_dir, exclusive
@@ -182,6 +182,7 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
         dataset = load_dataset(config.dataset)
         canaries = make_canaries(dataset, config.canaries, config.seed)
         clear_previous()
+        announce_start(progress)
         data.parent.mkdir(parents=True, exist_ok=True)
         white_box = GradientCanaries(canaries.included, config.seed) if config.white_box else None
         if white_box is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import signal
 import sys
@@ -12,13 +13,11 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.progress import Progress as Bar
 from rich.table import Table
 
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import DpDistillError
-from dpdistill.progress import Progress
+from dpdistill.progress import ProgressDisplay
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
@@ -28,7 +27,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Data sets: what is available and where it comes from.")
 app.add_typer(data_app, name="data")
-console = Console(stderr=True)
+console = Console(stderr=True)  # errors and warnings: one line each, always
+summary = Console(stderr=True)  # progress lines and what a run made: silenced by --quiet
 # Options several commands share, declared once
 SEED = typer.Option(0, help="seeds what is not private (initialisation, order); the privacy noise is secret")
 REPRODUCIBLE_NOISE = typer.Option(False, show_default=False,
@@ -42,9 +42,8 @@ RESUME_FROM_ANSWERS = typer.Option(False, help="continue the interrupted run in 
                                                "with its saved settings (other options are then ignored)")
 SAMPLE_SOURCE = typer.Option(None, help="ask about the images of this `dpdistill synthesize` --out; its epsilon "
                                         "counts in --epsilon")
-
-# where a progress record says how far it is
-POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
+QUIET = typer.Option(False, "--quiet", "-q", show_default=False,
+                     help="print nothing but errors and warnings (the report files are written as always)")
 
 
 class PrivacyModeOption(str, Enum):
@@ -64,11 +63,13 @@ class AccountingOption(str, Enum):
 
 
 def clear_errors(command: Callable) -> Callable:
-    """Turn the library's user-facing errors into 'error: ...' on stderr and exit code 2."""
+    """Turn the library's user-facing errors into one 'error: ...' line on stderr and exit code 2; give the command
+    --quiet."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, quiet: bool = False, **kwargs: Any) -> Any:
         signal.signal(signal.SIGTERM, _interrupt)
+        summary.quiet = quiet
         try:
             return command(*args, **kwargs)
         except DpDistillError as error:
@@ -77,8 +78,19 @@ def clear_errors(command: Callable) -> Callable:
         except KeyboardInterrupt:
             console.print("interrupted: the last checkpoint is kept; continue with the same command and --resume")
             raise typer.Exit(code=130) from None
+        finally:
+            summary.quiet = False
 
+    signature = inspect.signature(command)
+    wrapper.__signature__ = signature.replace(parameters=[
+        *signature.parameters.values(), inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=QUIET,
+                                                          annotation=bool)])
+    wrapper.__annotations__ = {**command.__annotations__, "quiet": bool}
     return wrapper
+
+
+def warn(message: str) -> None:
+    console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
@@ -86,31 +98,9 @@ def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _progress_bar(total: int | None, description: str) -> tuple[Bar, Progress]:
-    """A bar counting to `total`; a record's "total" replaces it where only the run knows the end (a teacher's
-    epochs, raised to reach --min-steps)."""
-    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-              TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=console, transient=False)
-    task = bar.add_task(description, total=total, status="")
-
-    def update(record: dict) -> None:
-        nonlocal total
-        total = record.get("total", total)
-        step = next((record[key] for key in POSITION_KEYS if key in record), None)
-        status = "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
-                           for key, value in record.items() if key in ("student_accuracy", "test_accuracy",
-                                                                       "student_loss", "queries", "train_loss",
-                                                                       "pretrain_step", "step", "confident_share", "loss",
-                                                                       "vae_step", "vae_loss", "generator_step",
-                                                                       "generator_loss"))
-        bar.update(task, total=total, completed=step, status=status)  # a record without a step (pretraining) keeps the bar
-        if not console.is_terminal and any(key in record for key in ("student_accuracy", "test_accuracy",
-                                                                     "pretrain_step", "confident_share", "loss",
-                                                                     "vae_step", "generator_step")):
-            position = "" if step is None else f"{step}/{total} "
-            console.print(f"{description} {position}{status}", highlight=False)  # logs see progress too
-
-    return bar, update
+def _progress(total: int | None, description: str) -> ProgressDisplay:
+    """The run's progress on stderr, from its first record on (a refused run shows only its error)."""
+    return ProgressDisplay(description, total, quiet=summary.quiet)
 
 
 def _saved_config(out: Path, kind: Any) -> Any:
@@ -181,23 +171,21 @@ def train_teacher_command(
         plan = interrupted_ensemble(out) if resume else None
         if plan:  # the bar counts what the saved settings train
             partitions, config = plan["partitions"], TeacherConfig(**plan["config"])
-        bar, update = (_progress_bar(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
-                       else _progress_bar(partitions, f"{partitions} teachers on {dataset}"))
-        with bar:
+        with (_progress(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
+              else _progress(partitions, f"{partitions} teachers on {dataset}")) as update:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume,
                                             overwrite)
         accuracy = report["accuracy"]
-        console.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
+        summary.print(f"ensemble of {partitions}: test accuracy {100 * accuracy['teacher']:.2f}% (plurality vote "
                       f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
                       f"{100 * accuracy['member_max']:.1f}%) -> {out}")
     else:
-        bar, update = _progress_bar(epochs, f"teacher on {dataset}")
-        with bar:
+        with _progress(epochs, f"teacher on {dataset}") as update:
             report = train_teacher(dataset, out, config, update, overwrite)
-        console.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+        summary.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
-        console.print(f"privacy budget of its releases: epsilon {total.epsilon:g} at delta {total.delta:g}")
+        summary.print(f"privacy budget of its releases: epsilon {total.epsilon:g} at delta {total.delta:g}")
 
 
 @app.command("transcribe")
@@ -264,8 +252,7 @@ def transcribe_command(
         dp_teacher=not resume and teacher_provenance(teacher) is not None,
     )
     settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
-    bar, update = _progress_bar(settings.iterations, f"{method} {privacy.value}")
-    with bar:
+    with _progress(settings.iterations, f"{method} {privacy.value}") as update:
         report = transcribe(teacher, config, out, dataset, resume, update, overwrite)
     print_summary(report, out)
 
@@ -324,9 +311,9 @@ def print_summary(report: dict, out: Path) -> None:
     if "release_seconds" in report["timing"]:
         table.add_row("wall time with the teacher's training", f"{report['timing']['release_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
-    Console().print(table)
+    summary.print(table)
     style = "bold red" if privacy.get("formal_guarantee") is False else ""
-    Console().print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
+    summary.print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
 
 
 @app.command("budget")
@@ -392,7 +379,7 @@ def evaluate_command(
 
     result = evaluate(model, dataset, name)
     for warning in result["warnings"]:
-        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        warn(warning)
     typer.echo(json.dumps(result, indent=2))
 
 
@@ -434,13 +421,13 @@ def import_teacher_command(
     declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
     report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite,
                             declared)
-    console.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
+    summary.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if "reference" in report["factory"]:
-        console.print(f"note: {report['factory']['note']}", highlight=False)
+        summary.print(f"note: {report['factory']['note']}", highlight=False)
     if declared is not None:
-        console.print(f"declared: {declared.statement()}", highlight=False)
+        summary.print(f"declared: {declared.statement()}", highlight=False)
     for warning in report["warnings"]:
-        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        warn(warning)
 
 
 @app.command("demo")
@@ -454,7 +441,7 @@ def demo_command(
     from one teacher and the non-private teacher, at one sound epsilon."""
     from dpdistill.demo import run_demo
 
-    run_demo(out, console, dataset.value)
+    run_demo(out, summary, dataset.value)
 
 
 @app.command("train-private")
@@ -521,8 +508,7 @@ def train_private_command(
         student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
         public_size=public_size, relation=relation, reproducible_noise=reproducible_noise, dataset_size=dataset_size)
     settings = _saved_config(out, PrivateTrainingConfig) if resume else config  # what the run completes
-    bar, update = _progress_bar(settings.epochs if settings else None, f"{method} on {dataset}")
-    with bar:
+    with _progress(settings.epochs if settings else None, f"{method} on {dataset}") as update:
         report = train_private(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -569,9 +555,8 @@ def release_command(
         parse_assignments(teacher_set, PrivateTrainingConfig),
         {**parse_assignments(set_, TranscriptionConfig), **({} if iterations is None else {"iterations": iterations})})
     settings = _saved_config(out, ReleaseConfig) if resume else config
-    bar, update = _progress_bar(None if settings is None else settings.transcription.iterations,
-                                f"release on {dataset}")
-    with bar:
+    with _progress(None if settings is None else settings.transcription.iterations,
+                   f"release on {dataset}") as update:
         report = release(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -600,10 +585,9 @@ def pretrain_command(
 
     config = ContrastiveConfig(arch=arch, steps=steps, batch_size=batch_size, temperature=temperature, lr=lr,
                                seed=seed, device=device)
-    bar, update = _progress_bar(steps, "contrastive pretraining steps")
-    with bar:
+    with _progress(steps, "contrastive pretraining steps") as update:
         report = pretrain(dataset, public, public_size, config, out, update, overwrite)
-    console.print(f"encoder pretrained on {report['public']}: loss {report['history'][-1]['loss']:.3f} in "
+    summary.print(f"encoder pretrained on {report['public']}: loss {report['history'][-1]['loss']:.3f} in "
                   f"{report['timing']['wall_seconds']:.0f} s -> {out}")
 
 
@@ -685,8 +669,7 @@ def pate_command(
             reproducible_noise=reproducible_noise, device=device)
     total = config.progress_total() if config else 1 + self_training_rounds
     unit = "steps" if config and config.student_training != "supervised" else "rounds"
-    bar, update = _progress_bar(total, f"pate student {unit}")
-    with bar:
+    with _progress(total, f"pate student {unit}") as update:
         report = pate(teacher, None if resume else config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -729,8 +712,7 @@ def dgd_command(
         config = build_dgd_config(epsilon, None if baseline is None else str(baseline),
                                   None if sample_source is None else str(sample_source), parse_dgd_assignments(set_),
                                   delta=delta, seed=seed, device=device, reproducible_noise=reproducible_noise)
-    bar, update = _progress_bar(config.labelling.progress_total() if config else None, "dgd student steps")
-    with bar:
+    with _progress(config.labelling.progress_total() if config else None, "dgd student steps") as update:
         report = dgd(teacher, None if resume else config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -774,11 +756,10 @@ def audit_command(
                          student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,
                          preset=preset, settings=tuple(set_), inversion=inversion, shadows=shadows,
                          white_box=white_box, seed=seed, device=device)
-    bar, update = _progress_bar(None, f"audit {method}")
-    with bar:
+    with _progress(None, f"audit {method}") as update:
         report = run_audit(config, out, update, overwrite)
     result = report["audit"]
-    console.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
+    summary.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
                   f"({result['right']} of {result['guesses_in'] + result['guesses_out']} guesses right, "
                   f"{result['canaries']} canaries) against {audit_claim(report['privacy'])}"
                   f"{': REFUTED' if report['refuted'] else ''} -> {out}")
@@ -820,8 +801,7 @@ def synthesize_command(
         "synthetic_size": synthetic_size, "seed": seed, "device": device,
         "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, chosen.config_type)})
     settings = _saved_config(out, chosen.config_type) if resume else config
-    bar, update = _progress_bar(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps")
-    with bar:
+    with _progress(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps") as update:
         report = synthesize(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -876,14 +856,13 @@ def federated_command(
         "members_per_owner": members_per_owner, "queries": queries, "iterations": iterations,
         "student_arch": student_arch, "seed": seed,
         "device": device, **parse_assignments(set_, FederatedConfig)})
-    bar, update = _progress_bar(None, "federated: owners, then rounds and the student")
-    with bar:
+    with _progress(None, "federated: owners, then rounds and the student") as update:
         report = federated(config, out, owners, resume, update, overwrite,
                            None if budget is None else Budget(budget, budget_delta))
     print_summary(report, out)
 
 
-def main() -> None:  # pragma: no cover - entry point for `python -m dpdistill`
+def main() -> None:  # pragma: no cover - the `dpdistill` console script
     app(prog_name="dpdistill")
 
 

@@ -16,7 +16,7 @@ from dpdistill.methods.base import Method, Source
 from dpdistill.models.checkpoint import save_model
 from dpdistill.privacy.ledger import DatasetLedger, Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import write_private_record, write_report
 from dpdistill.runs import claim_out_dir, exclusive, release_state, write_config
 
@@ -54,6 +54,7 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
         reserve_all(reservations, out_dir, method.name, resume)
         clear_previous()
         write_config(out_dir, method.config_record(source, config))
+        announce_start(progress)
         try:
             outcome = job.run(resume)
         except BaseException:

@@ -1,0 +1,104 @@
+"""The progress display: plain lines a log can keep when redirected, nothing when quiet, nothing before the run
+starts; and the lifecycle tells it to start only once the run's checks have passed."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dpdistill.errors import BudgetExceededError, ConfigError
+from dpdistill.jobs import train_teacher
+from dpdistill.progress import ProgressDisplay, announce_start, shown
+from dpdistill.training.teacher import TeacherConfig
+
+
+def _feed(display: ProgressDisplay, records: list[dict]) -> None:
+    with display:
+        display.start()
+        for record in records:
+            display(record)
+
+
+def test_redirected_lines_give_position_rate_eta_and_figures_without_control_characters(capsys):
+    _feed(ProgressDisplay("teacher on digits", 4, terminal=False, interval=0.0),
+          [{"epoch": 1, "test_accuracy": 0.5}, {"epoch": 2}, {"epoch": 3, "total": 6, "test_accuracy": 0.75}])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0].startswith("teacher on digits: started, elapsed ")
+    assert re.fullmatch(r"teacher on digits 1/4 elapsed \d+s, test_accuracy=0\.5", lines[1])
+    assert re.fullmatch(r"teacher on digits 2/4 [\d.e+]+/s, ETA \d+s, elapsed \d+s", lines[2])
+    assert lines[3].startswith("teacher on digits 3/6 ") and lines[3].endswith("test_accuracy=0.75")  # a run's total
+    assert lines[4].startswith("teacher on digits: done in ") and len(lines) == 5
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", err)  # no escape, carriage return or other control character
+
+
+def test_redirected_lines_between_milestones_wait_for_the_interval(capsys):
+    _feed(ProgressDisplay("steps", 100, terminal=False, interval=3600.0),
+          [{"step": step} for step in range(1, 50)] + [{"step": 50, "loss": 0.1}])
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ")[1] for line in lines[1:-1]] == ["50/100"]  # the milestone only: no line per step
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_quiet_shows_nothing(capsys, terminal: bool):
+    _feed(ProgressDisplay("steps", 3, quiet=True, terminal=terminal, interval=0.0), [{"step": 1, "loss": 0.5}])
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_nothing_is_drawn_before_the_run_starts(capsys, terminal: bool):
+    with ProgressDisplay("steps", 3, terminal=terminal) as display:
+        assert display.bar is None
+    assert capsys.readouterr() == ("", "")
+
+
+class Spy:
+    """A progress callable with a start(): what a display hears, in order."""
+
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def start(self) -> None:
+        self.heard.append("start")
+
+    def __call__(self, record: dict) -> None:
+        self.heard.append("record")
+
+
+def test_a_plain_callable_is_not_told_to_start():
+    heard = []
+    announce_start(heard.append)
+    assert heard == []
+
+
+def test_a_job_starts_its_display_after_its_checks_and_a_refused_one_never_does(tmp_path: Path):
+    spy = Spy()
+    train_teacher("digits", tmp_path, TeacherConfig(epochs=1, min_steps=0, batch_size=256), progress=spy)
+    assert spy.heard[0] == "start" and spy.heard.count("start") == 1 and "record" in spy.heard
+    refused = Spy()
+    with pytest.raises(ConfigError, match="not empty"):
+        train_teacher("digits", tmp_path, TeacherConfig(epochs=1, min_steps=0, batch_size=256), progress=refused)
+    assert refused.heard == []
+
+
+def test_a_method_run_refused_by_its_checks_never_starts_its_display(tmp_path: Path):
+    from dpdistill.pipeline import train_private
+    from dpdistill.training.private import PrivateTrainingConfig
+
+    (tmp_path / "busy.txt").write_text("someone else's")
+    spy = Spy()
+    with pytest.raises(ConfigError, match="not empty"):
+        train_private(PrivateTrainingConfig(dataset="digits", epsilon=1.0), tmp_path, progress=spy)
+    with pytest.raises(BudgetExceededError, match="would spend"):
+        train_private(PrivateTrainingConfig(dataset="digits", epsilon=0.5, sigma=0.5, epochs=1), tmp_path / "new",
+                      progress=spy)
+    assert spy.heard == []
+
+
+def test_the_api_takes_true_a_callable_or_nothing(capsys):
+    with shown(False, "x") as silent, shown(None, "x") as none:
+        assert silent is None and none is None
+    with shown(print, "x") as given:
+        assert given is print
+    with shown(True, "x") as display:
+        assert isinstance(display, ProgressDisplay)
