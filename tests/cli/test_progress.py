@@ -97,3 +97,17 @@ def test_a_refused_run_prints_its_error_alone(tmp_path: Path):
     result = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--out", tmp_path)
     assert result.exit_code == 2 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and "is not empty" in result.stderr
+
+
+def test_a_python_warning_during_a_command_is_one_warning_line(monkeypatch, tmp_path: Path):
+    import warnings
+
+    from dpdistill import jobs
+
+    def evaluate_with_a_warning(*args: object) -> dict:
+        warnings.warn("a library's caution\nover two lines", UserWarning)
+        return {"accuracy": 0.5, "measured_on": "test", "warnings": []}
+
+    monkeypatch.setattr(jobs, "evaluate", evaluate_with_a_warning)
+    result = invoke("evaluate", "--model", tmp_path, "--dataset", "digits")
+    assert result.exit_code == 0 and result.stderr == "warning: a library's caution over two lines\n"

@@ -7,6 +7,7 @@ import inspect
 import json
 import signal
 import sys
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -63,17 +64,19 @@ class AccountingOption(str, Enum):
 
 
 def clear_errors(command: Callable) -> Callable:
-    """Turn the library's user-facing errors into one 'error: ...' line on stderr and exit code 2; give the command
-    --quiet."""
+    """Turn the library's user-facing errors into one 'error: ...' line on stderr and exit code 2, and warnings
+    into one 'warning: ...' line each; give the command --quiet."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, quiet: bool = False, **kwargs: Any) -> Any:
         signal.signal(signal.SIGTERM, _interrupt)
         summary.quiet = quiet
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():  # a library's Python warning too: one line, not its source location
+                warnings.showwarning = lambda message, *_: warn(str(message))
+                return command(*args, **kwargs)
         except DpDistillError as error:
-            console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]error:[/] {_one_line(str(error))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             console.print("interrupted: the last checkpoint is kept; continue with the same command and --resume")
@@ -90,7 +93,11 @@ def clear_errors(command: Callable) -> Callable:
 
 
 def warn(message: str) -> None:
-    console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/] {_one_line(message)}", highlight=False, soft_wrap=True)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.splitlines())
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:
