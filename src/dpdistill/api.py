@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from torch import nn
 
 from dpdistill import jobs, pipeline
+from dpdistill.commands import DECLARED
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.methods.release import STUDENT_ARCH, SYNTHETIC_SIZE, TEACHER_ARCH
@@ -53,6 +54,30 @@ class StudentResult(Result):
     """A private student, loaded from `out`."""
 
     student: nn.Module
+
+
+def declared(name: str, result: Callable[[Path, dict[str, Any]], Result]) -> Callable[..., Result]:
+    """The API function of the command `name` declares (dpdistill/commands.py): its keyword arguments, defaults and
+    docstring are the command's options; `result` makes what it returns from the output directory and report."""
+    spec = DECLARED[name].spec()
+
+    def call(*args: Any, progress: Progress | bool = False, **given: Any) -> Result:
+        values = spec.values({**dict(zip(spec.positional, args)), **given})
+        config = spec.configure(values)
+        with shown(progress, spec.name) as shown_to:
+            report = spec.run(values, config, shown_to)
+        return result(Path(values["out"]), report)
+
+    call.__signature__, call.__doc__ = spec.api_signature(), spec.api_doc()
+    call.__name__ = call.__qualname__ = name.replace("-", "_")
+    return call
+
+
+def _student(out: Path, report: dict[str, Any]) -> StudentResult:
+    return StudentResult(out, report, load_model(out, STUDENT))
+
+
+pate = declared("pate", _student)
 
 
 def load_model(path: str | Path, name: str | None = None) -> nn.Module:
@@ -133,21 +158,6 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
                           dp_teacher=teacher_provenance(Path(teacher)) is not None)
     with shown(progress, "transcribe") as shown_to:
         report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, shown_to, overwrite)
-    return StudentResult(out, report, load_model(out, STUDENT))
-
-
-def pate(teacher: str | Path, out: str | Path, *, sample_source: str | Path | None = None, resume: bool = False,
-         overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
-    """`dpdistill pate`: `options` are PateConfig's fields (epsilon, queries, public_size, student_arch, ...);
-    `sample_source`: a `synthesize` directory whose images replace the public pool; with `resume`, the run's saved
-    settings instead."""
-    from dpdistill.methods.pate import PateConfig
-
-    out = Path(out)
-    config = None if resume else PateConfig(sample_source=None if sample_source is None else str(sample_source),
-                                            **options)
-    with shown(progress, "pate") as shown_to:
-        report = pipeline.pate(Path(teacher), config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from typing import Any
 
+import click
 import pytest
 import typer
 
@@ -16,10 +17,13 @@ WIDTH = 80
 
 
 def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """The app itself and every command under it (click commands), with the words that call each."""
+    """The app itself and every command under it (click commands, the declared ones built as when they run), with
+    the words that call each."""
     found = [(path, command)]
-    for name, sub in getattr(command, "commands", {}).items():
-        found += _commands(sub, (*path, name))
+    if isinstance(command, click.Group):
+        with click.Context(command) as context:
+            for name in command.list_commands(context):
+                found += _commands(command.get_command(context, name), (*path, name))
     return found
 
 

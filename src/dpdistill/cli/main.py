@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
-import signal
 import sys
-import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,35 +12,30 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpdistill.cli.declared import CommandsWithDeclared
+from dpdistill.cli.output import clear_errors, print_summary, progress_display, summary, warn
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
-from dpdistill.errors import DpDistillError
-from dpdistill.progress import ProgressDisplay
+from dpdistill.options import (ENSEMBLE_HELP, REPRODUCIBLE_NOISE_HELP, RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP,
+                               SEED_HELP)
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
 typer.core.HAS_RICH = False  # else typer escapes "[default: ...]" for rich markup and plain help shows the escape
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(cls=CommandsWithDeclared, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a model trained on private data into a differentially private student and generator.")
 data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Data sets: what is available and where it comes from.")
 app.add_typer(data_app, name="data")
-console = Console(stderr=True)  # errors and warnings: one line each, always
-summary = Console(stderr=True)  # progress lines and what a run made: silenced by --quiet
 # Options several commands share, declared once
-SEED = typer.Option(0, help="seeds what is not private (initialisation, order); the privacy noise is secret")
-REPRODUCIBLE_NOISE = typer.Option(False, show_default=False,
-                                  help="noise from --seed: debugging only, NO privacy guarantee")
+SEED = typer.Option(0, help=SEED_HELP)
+REPRODUCIBLE_NOISE = typer.Option(False, show_default=False, help=REPRODUCIBLE_NOISE_HELP)
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
 OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
                          help="replace the run already in --out (its outputs are removed first)")
-ENSEMBLE = typer.Option(..., help="a teacher ensemble's directory (made by train-teacher --partitions M)")
-RESUME_FROM_ANSWERS = typer.Option(False, help="continue the interrupted run in --out from its released answers, "
-                                               "with its saved settings (other options are then ignored)")
-SAMPLE_SOURCE = typer.Option(None, help="ask about the images of this `dpdistill synthesize` --out; its epsilon "
-                                        "counts in --epsilon")
-QUIET = typer.Option(False, "--quiet", "-q", show_default=False,
-                     help="print nothing but errors and warnings (the report files are written as always)")
+ENSEMBLE = typer.Option(..., help=ENSEMBLE_HELP)
+RESUME_FROM_ANSWERS = typer.Option(False, help=RESUME_FROM_ANSWERS_HELP)
+SAMPLE_SOURCE = typer.Option(None, help=SAMPLE_SOURCE_HELP)
 
 
 class PrivacyModeOption(str, Enum):
@@ -61,53 +52,6 @@ class DemoDataset(str, Enum):  # the data sets dpdistill.demo.SCALES sizes the d
 class AccountingOption(str, Enum):
     sound = "sound"
     paper = "paper"
-
-
-def clear_errors(command: Callable) -> Callable:
-    """Turn the library's user-facing errors into one 'error: ...' line on stderr and exit code 2, and warnings
-    into one 'warning: ...' line each; give the command --quiet."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, quiet: bool = False, **kwargs: Any) -> Any:
-        signal.signal(signal.SIGTERM, _interrupt)
-        summary.quiet = quiet
-        try:
-            with warnings.catch_warnings():  # a library's Python warning too: one line, not its source location
-                warnings.showwarning = lambda message, *_: warn(str(message))
-                return command(*args, **kwargs)
-        except DpDistillError as error:
-            console.print(f"[bold red]error:[/] {_one_line(str(error))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(code=2) from None
-        except KeyboardInterrupt:
-            console.print("interrupted: the last checkpoint is kept; continue with the same command and --resume")
-            raise typer.Exit(code=130) from None
-        finally:
-            summary.quiet = False
-
-    signature = inspect.signature(command)
-    wrapper.__signature__ = signature.replace(parameters=[
-        *signature.parameters.values(), inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=QUIET,
-                                                          annotation=bool)])
-    wrapper.__annotations__ = {**command.__annotations__, "quiet": bool}
-    return wrapper
-
-
-def warn(message: str) -> None:
-    console.print(f"[bold yellow]warning:[/] {_one_line(message)}", highlight=False, soft_wrap=True)
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.splitlines())
-
-
-def _interrupt(_signum: int, _frame: Any) -> None:
-    """SIGTERM (a scheduler stopping the job) ends a run like Ctrl-C: the last checkpoint stays resumable."""
-    raise KeyboardInterrupt
-
-
-def _progress(total: int | None, description: str) -> ProgressDisplay:
-    """The run's progress on stderr, from its first record on (a refused run shows only its error)."""
-    return ProgressDisplay(description, total, quiet=summary.quiet)
 
 
 def _saved_config(out: Path, kind: Any) -> Any:
@@ -178,8 +122,8 @@ def train_teacher_command(
         plan = interrupted_ensemble(out) if resume else None
         if plan:  # the bar counts what the saved settings train
             partitions, config = plan["partitions"], TeacherConfig(**plan["config"])
-        with (_progress(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
-              else _progress(partitions, f"{partitions} teachers on {dataset}")) as update:
+        with (progress_display(config.full_batch_steps, f"{partitions} heads on {dataset}, step") if config.heads_only
+              else progress_display(partitions, f"{partitions} teachers on {dataset}")) as update:
             report = train_teacher_ensemble(dataset, out, config, partitions, dirichlet_alpha, update, resume,
                                             overwrite)
         accuracy = report["accuracy"]
@@ -187,7 +131,7 @@ def train_teacher_command(
                       f"{100 * accuracy['plurality_vote']:.2f}%, members {100 * accuracy['member_min']:.1f}-"
                       f"{100 * accuracy['member_max']:.1f}%) -> {out}")
     else:
-        with _progress(epochs, f"teacher on {dataset}") as update:
+        with progress_display(epochs, f"teacher on {dataset}") as update:
             report = train_teacher(dataset, out, config, update, overwrite)
         summary.print(f"teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if total is not None:
@@ -259,68 +203,9 @@ def transcribe_command(
         dp_teacher=not resume and teacher_provenance(teacher) is not None,
     )
     settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
-    with _progress(settings.iterations, f"{method} {privacy.value}") as update:
+    with progress_display(settings.iterations, f"{method} {privacy.value}") as update:
         report = transcribe(teacher, config, out, dataset, resume, update, overwrite)
     print_summary(report, out)
-
-
-def print_summary(report: dict, out: Path) -> None:
-    """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
-    the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
-    from dpdistill.privacy.provenance import Provenance
-    from dpdistill.reporting.report import privacy_mode_words
-
-    privacy, accuracy = report["privacy"], report["accuracy"]
-    mode = [privacy_mode_words(report)] if "privacy_mode" in report else []
-    table = Table(title=" / ".join([report["method"], *mode, str(report["dataset"])]))
-    table.add_column("quantity")
-    table.add_column("value")
-    if accuracy["student"] is not None:
-        table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
-    if accuracy.get("synthetic") is not None:
-        table.add_row(f"a {report['synthetic']['classifier']} trained on the synthetic set alone",
-                      f"{100 * accuracy['synthetic']:.2f}%")
-    if accuracy.get("teacher") is not None:  # a DP teacher's: public
-        table.add_row("the DP teacher's accuracy", f"{100 * accuracy['teacher']:.2f}%")
-    if privacy["mode"] == "none" and "teacher_release" not in privacy:
-        table.add_row("privacy", "none")
-    else:
-        budget = f" (budget {privacy['budget_epsilon']:g})" if privacy.get("budget_epsilon") is not None else ""
-        scope = privacy.get("epsilon_scope") or ("sound" + (f", {privacy['relation']}" if "relation" in privacy else ""))
-        table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
-        if privacy.get("epsilon_replace_one") is not None:
-            table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
-        if "teacher_release" in privacy:
-            table.add_row("teacher (a DP release: this run is post-processing)",
-                          Provenance(**privacy["teacher_release"]).statement())
-            if "route_epsilon" in privacy:
-                table.add_row("epsilon of the noisy answers alone", f"{privacy['route_epsilon']:.4g}")
-        if "sample_source" in privacy:  # the epsilon above is their composition
-            table.add_row("epsilon: sample source / answers alone",
-                          f"{privacy['sample_source']['epsilon']:.4g} / {privacy['route_epsilon']:.4g}")
-        if "epsilon_opacus" in privacy:
-            table.add_row("epsilon (RDP, add/remove: dp-accounting / Opacus)",
-                          f"{privacy['epsilon_rdp']:.4g} / {privacy['epsilon_opacus']:.4g}")
-        if privacy.get("paper_epsilon") is not None:
-            table.add_row("paper_epsilon (NOT a guarantee)", f"{privacy['paper_epsilon']:.4g}")
-        if privacy.get("teachers", 1) > 1:
-            table.add_row("teachers (ensemble)", str(privacy["teachers"]))
-        if "queries" in privacy:
-            table.add_row("teacher queries", str(privacy["queries"]))
-        if "sample_rate" in privacy:
-            table.add_row("noise multiplier, sampling rate, steps",
-                          f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
-    if "ledger" in privacy:
-        ledger = privacy["ledger"]
-        total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
-        table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
-    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
-    if "release_seconds" in report["timing"]:
-        table.add_row("wall time with the teacher's training", f"{report['timing']['release_seconds']:.1f} s")
-    table.add_row("report", str(out / "report.md"))
-    summary.print(table)
-    style = "bold red" if privacy.get("formal_guarantee") is False else ""
-    summary.print(f"covered by the guarantee: {privacy['covered']}", style=style, highlight=False)
 
 
 @app.command("budget")
@@ -515,7 +400,7 @@ def train_private_command(
         student_init=None if student_init is None else str(student_init), train_layers=train_layers, public=public,
         public_size=public_size, relation=relation, reproducible_noise=reproducible_noise, dataset_size=dataset_size)
     settings = _saved_config(out, PrivateTrainingConfig) if resume else config  # what the run completes
-    with _progress(settings.epochs if settings else None, f"{method} on {dataset}") as update:
+    with progress_display(settings.epochs if settings else None, f"{method} on {dataset}") as update:
         report = train_private(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -562,8 +447,8 @@ def release_command(
         parse_assignments(teacher_set, PrivateTrainingConfig),
         {**parse_assignments(set_, TranscriptionConfig), **({} if iterations is None else {"iterations": iterations})})
     settings = _saved_config(out, ReleaseConfig) if resume else config
-    with _progress(None if settings is None else settings.transcription.iterations,
-                   f"release on {dataset}") as update:
+    with progress_display(None if settings is None else settings.transcription.iterations,
+                          f"release on {dataset}") as update:
         report = release(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -592,93 +477,10 @@ def pretrain_command(
 
     config = ContrastiveConfig(arch=arch, steps=steps, batch_size=batch_size, temperature=temperature, lr=lr,
                                seed=seed, device=device)
-    with _progress(steps, "contrastive pretraining steps") as update:
+    with progress_display(steps, "contrastive pretraining steps") as update:
         report = pretrain(dataset, public, public_size, config, out, update, overwrite)
     summary.print(f"encoder pretrained on {report['public']}: loss {report['history'][-1]['loss']:.3f} in "
                   f"{report['timing']['wall_seconds']:.0f} s -> {out}")
-
-
-@app.command("pate")
-@clear_errors
-def pate_command(
-    teacher: Path = ENSEMBLE,
-    out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, report.json and "
-                                       "report.md"),
-    epsilon: Optional[float] = typer.Option(None, help="privacy budget; the vote noise is calibrated to it unless "
-                                                       "--sigma"),
-    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    queries: int = typer.Option(1000, help="public images the ensemble labels: fewer answers, each less noisy"),
-    sigma: Optional[float] = typer.Option(None, help="noise std on each vote count (default: calibrated)"),
-    public: Optional[str] = typer.Option(None, help="data set of the public images (default: the evaluation data "
-                                                    "set's test split, whose first --public-size images are then "
-                                                    "public and the rest measure accuracy)"),
-    public_size: Optional[int] = typer.Option(None, help="public images the student may see, labelled or not "
-                                                         "[default: 5000]"),
-    sample_source: Optional[Path] = SAMPLE_SOURCE,
-    query_selection: str = typer.Option("random", help="which public images are asked: random, or kmeans (the "
-                                                       "typical image of each of --queries k-means clusters)"),
-    vote_margin: float = typer.Option(0.0, help="keep only answers whose noisy winner leads by this many sigmas"),
-    vote_noise: str = typer.Option("gaussian", help="gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then "
-                                                    "the whole-number scale)"),
-    answer_targets: str = typer.Option("argmax", help="what the student learns from an answer: argmax (the noisy "
-                                                      "winner), or posterior (each class's probability of holding "
-                                                      "the most votes given the noisy counts; free)"),
-    self_training_rounds: int = typer.Option(1, help="rounds of retraining on the public images the student "
-                                                     "labels confidently itself"),
-    pseudo_label_confidence: float = typer.Option(0.9, help="the student's probability needed to keep its label"),
-    student_training: str = typer.Option("supervised", help="each round: supervised (the labels alone), "
-                                                            "consistency (FixMatch: also the unlabelled public "
-                                                            "images; slower, better from few answers) or "
-                                                            "tangent-normal (DGD's, through a VAE of the pool)"),
-    consistency_steps: int = typer.Option(3000, help="steps of a consistency round, --batch-size labelled images "
-                                                     "each"),
-    consistency_threshold: float = typer.Option(0.95, help="the student's probability on an easy view needed to "
-                                                           "train on the hard view of an unlabelled image"),
-    unlabelled_ratio: int = typer.Option(3, help="unlabelled images per labelled one in a consistency step"),
-    tangent_radius: float = typer.Option(1.0, help="tangent-normal: step along the VAE's manifold (code L2)"),
-    normal_radius: float = typer.Option(0.1, help="tangent-normal: step across it (RMS per pixel)"),
-    entropy_weight: float = typer.Option(1.0, help="tangent-normal: weight of the prediction entropy"),
-    vae_steps: int = typer.Option(3000, help="tangent-normal: steps fitting the VAE to the pool"),
-    student_arch: str = typer.Option("datalens", help="the student's architecture, or module:callable"),
-    student_init: Optional[Path] = typer.Option(None, help="start the student from this pretrained encoder (a "
-                                                           "`dpdistill pretrain` directory on the same public pool)"),
-    epochs: int = typer.Option(10),
-    min_steps: int = typer.Option(1500, help="at least this many optimizer steps per round"),
-    augment_shift: int = typer.Option(2, help="translate training images by up to this many pixels (0: off)"),
-    batch_size: int = typer.Option(128),
-    lr: float = ADAM_LR,
-    dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teachers')"),
-    seed: int = SEED,
-    reproducible_noise: bool = REPRODUCIBLE_NOISE,
-    device: str = DEVICE,
-    resume: bool = RESUME_FROM_ANSWERS,
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """PATE: an ensemble labels public images by noisy votes. A student learns from the answers."""
-    from dpdistill.methods.pate import PateConfig
-    from dpdistill.pipeline import interrupted_pate, pate
-
-    if resume:  # the saved settings; with nothing to resume, pate says so
-        saved = interrupted_pate(out)
-        config = saved[1] if saved else None
-    else:
-        config = PateConfig(
-            epsilon=epsilon, delta=delta, dataset=dataset, queries=queries, sigma=sigma, public=public,
-            public_size=public_size, sample_source=None if sample_source is None else str(sample_source),
-            query_selection=query_selection, vote_margin=vote_margin, vote_noise=vote_noise,
-            answer_targets=answer_targets,
-            self_training_rounds=self_training_rounds, pseudo_label_confidence=pseudo_label_confidence,
-            student_training=student_training, consistency_steps=consistency_steps,
-            consistency_threshold=consistency_threshold, unlabelled_ratio=unlabelled_ratio,
-            tangent_radius=tangent_radius, normal_radius=normal_radius, entropy_weight=entropy_weight,
-            vae_steps=vae_steps, student_arch=student_arch,
-            student_init=None if student_init is None else str(student_init), epochs=epochs, min_steps=min_steps, augment_shift=augment_shift, batch_size=batch_size, lr=lr, seed=seed,
-            reproducible_noise=reproducible_noise, device=device)
-    total = config.progress_total() if config else 1 + self_training_rounds
-    unit = "steps" if config and config.student_training != "supervised" else "rounds"
-    with _progress(total, f"pate student {unit}") as update:
-        report = pate(teacher, None if resume else config, out, resume, update, overwrite)
-    print_summary(report, out)
 
 
 @app.command("dgd")
@@ -719,7 +521,7 @@ def dgd_command(
         config = build_dgd_config(epsilon, None if baseline is None else str(baseline),
                                   None if sample_source is None else str(sample_source), parse_dgd_assignments(set_),
                                   delta=delta, seed=seed, device=device, reproducible_noise=reproducible_noise)
-    with _progress(config.labelling.progress_total() if config else None, "dgd student steps") as update:
+    with progress_display(config.labelling.progress_total() if config else None, "dgd student steps") as update:
         report = dgd(teacher, None if resume else config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -763,7 +565,7 @@ def audit_command(
                          student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,
                          preset=preset, settings=tuple(set_), inversion=inversion, shadows=shadows,
                          white_box=white_box, seed=seed, device=device)
-    with _progress(None, f"audit {method}") as update:
+    with progress_display(None, f"audit {method}") as update:
         report = run_audit(config, out, update, overwrite)
     result = report["audit"]
     summary.print(f"epsilon lower bound {result['epsilon_lower_bound']:.3g} at {100 * result['confidence']:g}% "
@@ -808,7 +610,7 @@ def synthesize_command(
         "synthetic_size": synthetic_size, "seed": seed, "device": device,
         "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, chosen.config_type)})
     settings = _saved_config(out, chosen.config_type) if resume else config
-    with _progress(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps") as update:
+    with progress_display(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps") as update:
         report = synthesize(config, out, resume, update, overwrite)
     print_summary(report, out)
 
@@ -863,7 +665,7 @@ def federated_command(
         "members_per_owner": members_per_owner, "queries": queries, "iterations": iterations,
         "student_arch": student_arch, "seed": seed,
         "device": device, **parse_assignments(set_, FederatedConfig)})
-    with _progress(None, "federated: owners, then rounds and the student") as update:
+    with progress_display(None, "federated: owners, then rounds and the student") as update:
         report = federated(config, out, owners, resume, update, overwrite,
                            None if budget is None else Budget(budget, budget_delta))
     print_summary(report, out)

@@ -44,6 +44,9 @@ from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
                                        teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
+from dpdistill.options import (ENSEMBLE_HELP, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, RESUME_FROM_ANSWERS_HELP,
+                               SAMPLE_SOURCE_HELP, SEED_HELP, CommandSpec, Option, field_options, out_option,
+                               resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, reproducible_noise_read
@@ -72,46 +75,51 @@ SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic
 class PateConfig:
     """Every setting of a PATE run; checked on construction, so a bad value fails before any work."""
 
-    epsilon: float | None
-    delta: float = 1e-5
-    dataset: str | None = None  # whose test split measures accuracy (default: the teachers')
-    queries: int = 1000  # public images the ensemble labels (each one answer)
-    sigma: float | None = None  # std of the Gaussian noise on each vote count (LNMax: the Laplace scale, a whole
-    # number); None: calibrated to the budget
-    vote_noise: str = "gaussian"  # "gaussian" (GNMax) or "laplace" (LNMax, DGD's aggregation: 2 / eps0 = 40)
-    public: str | None = None  # data set of the public images; None: the teacher's own test split (see PublicSplit)
-    public_size: int | None = None  # how many public images the student may see (labelled or not); None:
-    # PUBLIC_POOL_SIZE, or with a sample source all its images
-    sample_source: str | None = None  # a `dpdistill synthesize` directory whose images replace the public pool
-    query_selection: str = "random"  # which public images are asked: "random", or "kmeans" (the images nearest
-    # the centres of `queries` k-means clusters of the pool: typical images, spread over the pool; public, so free)
-    vote_margin: float = 0.0  # drop answers whose noisy winner leads by fewer than this many sigmas (free)
-    answer_targets: str = "argmax"  # what the student learns from an answer: its noisy winner, or "posterior": the
-    # probability that each class holds the most votes given the noisy counts (free: the same release)
-    self_training_rounds: int = 1  # retrain on the public images the student labels confidently (free)
-    pseudo_label_confidence: float = 0.9  # the student's probability needed to keep its own label
-    student_training: str = "supervised"  # each round: "supervised" on its labels, "consistency" (FixMatch: also
-    # the unlabelled public pool, through agreement between easy and hard views; free, see semi_supervised) or
-    # "tangent-normal" (DGD's: the pool through a VAE fitted to it, its reconstructions' tangent and normal
-    # neighbours; free)
-    consistency_steps: int = 3000  # optimizer steps of a consistency round (batch_size labelled images each)
-    consistency_threshold: float = 0.95
-    unlabelled_ratio: int = 3
-    tangent_radius: float = 1.0  # tangent-normal: the step along the VAE's manifold (L2 in its code)
-    normal_radius: float = 0.1  # tangent-normal: the step across it (root mean square per pixel)
-    entropy_weight: float = 1.0  # tangent-normal: the reconstructions' prediction entropy (seed 004: 1)
-    vae_steps: int = 3000
-    student_arch: str = "datalens"
-    student_init: str | None = None  # a pretrained encoder the student starts from (`dpdistill pretrain` on the
-    # public pool: public, so free)
-    epochs: int = 10
-    min_steps: int = 1500  # at least this many optimizer steps per round: a few hundred answers get more epochs
-    augment_shift: int = 2
-    batch_size: int = 128
-    lr: float = 1e-3
-    seed: int = 0  # initialisation and which public images are asked; never the vote noise, which is secret
-    reproducible_noise: bool = False  # debugging only: vote noise drawn from the seed, so NO guarantee
-    device: str = "cpu"
+    epsilon: float | None = setting(None, "privacy budget; the vote noise is calibrated to it unless --sigma")
+    delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
+    queries: int = setting(1000, "public images the ensemble labels: fewer answers, each less noisy")
+    sigma: float | None = setting(None, "noise std on each vote count (default: calibrated)")
+    public: str | None = setting(None, "data set of the public images (default: the evaluation data set's test "
+                                       "split, whose first --public-size images are then public and the rest "
+                                       "measure accuracy)")
+    public_size: int | None = setting(None, "public images the student may see, labelled or not [default: 5000, or "
+                                            "with a sample source all its images]")
+    sample_source: str | None = setting(None, SAMPLE_SOURCE_HELP)
+    query_selection: str = setting("random", "which public images are asked: random, or kmeans (the typical image "
+                                             "of each of --queries k-means clusters; public, so free)")
+    vote_margin: float = setting(0.0, "keep only answers whose noisy winner leads by this many sigmas (free)")
+    vote_noise: str = setting("gaussian", "gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then the "
+                                          "whole-number scale)")
+    answer_targets: str = setting("argmax", "what the student learns from an answer: argmax (the noisy winner), or "
+                                            "posterior (each class's probability of holding the most votes given "
+                                            "the noisy counts; free)")
+    self_training_rounds: int = setting(1, "rounds of retraining on the public images the student labels "
+                                           "confidently itself (free)")
+    pseudo_label_confidence: float = setting(0.9, "the student's probability needed to keep its label")
+    student_training: str = setting("supervised", "each round: supervised (the labels alone), consistency "
+                                                  "(FixMatch: also the unlabelled public images; slower, better from "
+                                                  "few answers) or tangent-normal (DGD's, through a VAE of the "
+                                                  "pool)")
+    consistency_steps: int = setting(3000, "steps of a consistency round, --batch-size labelled images each")
+    consistency_threshold: float = setting(0.95, "the student's probability on an easy view needed to train on the "
+                                                 "hard view of an unlabelled image")
+    unlabelled_ratio: int = setting(3, "unlabelled images per labelled one in a consistency step")
+    tangent_radius: float = setting(1.0, "tangent-normal: step along the VAE's manifold (code L2)")
+    normal_radius: float = setting(0.1, "tangent-normal: step across it (RMS per pixel)")
+    entropy_weight: float = setting(1.0, "tangent-normal: weight of the prediction entropy")
+    vae_steps: int = setting(3000, "tangent-normal: steps fitting the VAE to the pool")
+    student_arch: str = setting("datalens", "the student's architecture, or module:callable")
+    student_init: str | None = setting(None, "start the student from this pretrained encoder (a `dpdistill "
+                                             "pretrain` directory on the same public pool)")
+    epochs: int = setting(10, "the student's passes over its labelled images each round")
+    min_steps: int = setting(1500, "at least this many optimizer steps per round")
+    augment_shift: int = setting(2, "translate training images by up to this many pixels (0: off)")
+    batch_size: int = setting(128, "the student's images a step")
+    lr: float = setting(1e-3, "Adam's learning rate")
+    dataset: str | None = setting(None, "evaluation data set (default: the teachers')")
+    seed: int = setting(0, SEED_HELP)
+    reproducible_noise: bool = setting(False, REPRODUCIBLE_NOISE_HELP, show_default=False)
+    device: str = setting("cpu", "cpu or cuda")
 
     def __post_init__(self) -> None:
         if self.epsilon is None:
@@ -508,3 +516,34 @@ class PateJob(Job):
             private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
                 self.ensemble, self.meta, self.evaluation, self.dataset_name, config.device)}},
             release=self.planned, write_files=write_files)
+
+
+def _configure(values: dict[str, Any]) -> PateConfig | None:
+    """A fresh run's settings from the options; a resumed run's saved ones (None: nothing to resume, which the run
+    then says)."""
+    if values["resume"]:
+        saved = PATE().interrupted(Path(values["out"]))
+        return None if saved is None else saved[1]
+    return PateConfig(**COMMAND.field_values(values))
+
+
+def _run(values: dict[str, Any], config: PateConfig | None, progress: Progress | None) -> dict[str, Any]:
+    from dpdistill.methods.lifecycle import execute
+
+    resume = values["resume"]
+    return execute(PATE(), Source(Path(values["teacher"])), None if resume else config, Path(values["out"]), resume,
+                   values["overwrite"], progress)
+
+
+def _progress_of(_values: dict[str, Any], config: PateConfig | None) -> tuple[int | None, str]:
+    unit = "rounds" if config is None or config.student_training == "supervised" else "steps"
+    return (None if config is None else config.progress_total()), f"pate student {unit}"
+
+
+COMMAND = CommandSpec(
+    name="pate", help="PATE: an ensemble labels public images by noisy votes. A student learns from the answers.",
+    options=(Option("teacher", Path, help=ENSEMBLE_HELP, field=False),
+             out_option("directory for student.safetensors, answers.safetensors, report.json and report.md"),
+             *field_options(PateConfig, tuple(field.name for field in dataclasses.fields(PateConfig))),
+             resume_option(RESUME_FROM_ANSWERS_HELP), OVERWRITE_OPTION),
+    configure=_configure, run=_run, progress_of=_progress_of, positional=("teacher", "out"))

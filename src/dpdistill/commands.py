@@ -1,0 +1,28 @@
+"""The commands methods declare (options.py), by name: the module whose `COMMAND` declares each, and its summary.
+Light on purpose: the command line lists them, and `dpdistill --help` prints, without importing any method; a
+command's declaration is imported when it runs or its own help is asked. A method with its own command adds its
+line here."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dpdistill.options import CommandSpec
+
+
+@dataclass(frozen=True)
+class Declared:
+    module: str  # where the declaration `COMMAND` lives
+    summary: str  # the first line of its help
+
+    def spec(self) -> "CommandSpec":
+        return importlib.import_module(self.module).COMMAND
+
+
+DECLARED: dict[str, Declared] = {
+    "pate": Declared("dpdistill.methods.pate", "PATE: an ensemble labels public images by noisy votes. A student "
+                                               "learns from the answers."),
+}

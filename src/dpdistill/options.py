@@ -1,0 +1,167 @@
+"""One declaration per setting, from which the command line, the Python API and the docs are generated.
+
+A configuration dataclass declares each setting once: its type and default as the field's, its help text (and
+where needed its bounds or flag) in `setting(...)`. A `CommandSpec` beside the method names which of those fields
+its command offers, the few options that are the command's own (--out, --resume, ...), and how a run is made from
+their values. From it come the command's options and --help (cli/main.py), the API function's keyword arguments
+and docstring (api.py) and the docs' option table (`option_table`), so none of them can drift from the
+configuration, and validation happens once, in the configuration's own checks, before any work.
+
+This is a small layer of our own over typer, which already builds a command from a function's signature: a
+generated signature is all it needs. pydantic or a dataclass-to-click library would add a dependency and a
+second notion of a configuration for what a field's metadata carries."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from dpdistill.errors import ConfigError
+from dpdistill.progress import Progress
+
+HELP, FLAGS, MIN, SHOW_DEFAULT = "help", "flags", "min", "show_default"
+REQUIRED = ...  # a setting the caller must give
+# help texts several configurations share
+SEED_HELP = "seeds what is not private (initialisation, order); the privacy noise is secret"
+REPRODUCIBLE_NOISE_HELP = "noise from --seed: debugging only, NO privacy guarantee"
+SAMPLE_SOURCE_HELP = "ask about the images of this `dpdistill synthesize` --out; its epsilon counts in --epsilon"
+ENSEMBLE_HELP = "a teacher ensemble's directory (made by train-teacher --partitions M)"
+RESUME_FROM_ANSWERS_HELP = ("continue the interrupted run in --out from its released answers, with its saved "
+                            "settings (other options are then ignored)")
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, flags: tuple[str, ...] = (),
+            min: float | None = None, show_default: bool = True) -> Any:
+    """A configuration field with what its option shows: `help`, the option's `flags` where they are not
+    --field-name, its lower bound `min`, and whether --help prints its default."""
+    return dataclasses.field(default=default, metadata={HELP: help, FLAGS: flags, MIN: min,
+                                                        SHOW_DEFAULT: show_default})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command: a configuration field's, or the command's own (`field=False`)."""
+
+    name: str
+    annotation: Any
+    default: Any = REQUIRED
+    help: str = ""
+    flags: tuple[str, ...] = ()
+    min: float | None = None
+    show_default: bool = True
+    field: bool = True
+
+    def parameter(self) -> inspect.Parameter:
+        """The keyword parameter typer reads this option from."""
+        import typer
+
+        option = typer.Option(self.default, *self.flags, help=self.help, min=self.min,
+                              show_default=self.show_default)
+        return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                 annotation=self.annotation)
+
+    def flag(self) -> str:
+        return self.flags[0] if self.flags else f"--{self.name.replace('_', '-')}"
+
+
+def out_option(help: str) -> Option:
+    return Option("out", Path, help=help, field=False)
+
+
+def resume_option(help: str = "continue the interrupted run in --out") -> Option:
+    return Option("resume", bool, False, help, field=False)
+
+
+OVERWRITE_OPTION = Option("overwrite", bool, False, "replace the run already in --out (its outputs are removed "
+                          "first)", flags=("--overwrite",), show_default=False, field=False)
+
+
+def field_options(config_type: type, names: tuple[str, ...], **overrides: dict[str, Any]) -> tuple[Option, ...]:
+    """The options of `config_type`'s fields `names`, as declared there; `overrides` (by name) change what the
+    command line shows where it differs from the field (a required data set)."""
+    hints = typing.get_type_hints(config_type)
+    fields = {field.name: field for field in dataclasses.fields(config_type)}
+    unknown = [name for name in (*names, *overrides) if name not in fields]
+    if unknown:
+        raise TypeError(f"{config_type.__name__} has no field {unknown[0]!r}")
+    options = []
+    for name in names:
+        field, metadata = fields[name], fields[name].metadata
+        default = REQUIRED if field.default is dataclasses.MISSING else field.default
+        options.append(Option(name, hints[name], default, metadata.get(HELP, ""), metadata.get(FLAGS, ()),
+                              metadata.get(MIN), metadata.get(SHOW_DEFAULT, True), **overrides.get(name, {})))
+    return tuple(options)
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command, declared once: its name, help (first line: the summary) and options, and how a run is made from
+    the options' values. `configure(values)` gives the configuration the run completes (a fresh run's, checked
+    before any work; a resumed run's saved one, or None where nothing is saved); `run(values, config, progress)`
+    makes the run and returns its report; `progress_of(values, config)` the progress total (None: unknown) and
+    description."""
+
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    configure: Callable[[dict[str, Any]], Any]
+    run: Callable[[dict[str, Any], Any, Progress | None], dict[str, Any]]
+    progress_of: Callable[[dict[str, Any], Any], tuple[int | None, str]]
+    positional: tuple[str, ...] = ()  # the API function's positional arguments, in order
+
+    def field_values(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The values of the options that are configuration fields: the configuration's keyword arguments (a
+        path as the string a configuration saves)."""
+        return {option.name: str(values[option.name]) if isinstance(values[option.name], Path) else values[option.name]
+                for option in self.options if option.field}
+
+    def values(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Every option's value: `given` over the declared defaults; an unknown or missing name is refused."""
+        names = {option.name for option in self.options}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise ConfigError(f"{self.name} takes no option {unknown[0]!r}; it takes {', '.join(sorted(names))}")
+        values = {option.name: option.default for option in self.options} | given
+        missing = [option.flag() for option in self.options if values[option.name] is REQUIRED]
+        if missing:
+            raise ConfigError(f"{self.name} needs {missing[0]}")
+        return values
+
+    def signature(self) -> inspect.Signature:
+        """The command line's: every option a keyword parameter typer reads."""
+        return inspect.Signature([option.parameter() for option in self.options])
+
+    def api_signature(self) -> inspect.Signature:
+        """The Python API's: the positional arguments, then keywords with the same defaults, then `progress`."""
+        kind = inspect.Parameter
+        by_name = {option.name: option for option in self.options}
+        first = [kind(name, kind.POSITIONAL_OR_KEYWORD,
+                      annotation=str | Path if by_name[name].annotation is Path else by_name[name].annotation)
+                 for name in self.positional]
+        rest = [kind(option.name, kind.KEYWORD_ONLY, annotation=option.annotation,
+                     default=None if option.default is REQUIRED else option.default)
+                for option in self.options if option.name not in self.positional]
+        return inspect.Signature([*first, *rest, kind("progress", kind.KEYWORD_ONLY, default=False,
+                                                      annotation=Progress | bool)])
+
+    def api_doc(self) -> str:
+        """The API function's docstring: the command's help, then each keyword and what it does."""
+        lines = [f"`dpdistill {self.name}`: {self.help}", "", "Keyword arguments (as the command's options):"]
+        for option in self.options:
+            default = "" if option.default is REQUIRED else f" [default: {option.default!r}]"
+            lines.append(f"- {option.name}: {option.help or option.flag()}{default}")
+        lines.append("- progress: True shows progress on stderr; a callable gets every progress record")
+        return "\n".join(lines)
+
+
+def option_table(spec: CommandSpec) -> str:
+    """The docs' markdown table of a command's options, generated so that it says what --help says."""
+    rows = ["| option | default | what it does |", "|---|---|---|"]
+    for option in spec.options:
+        default = "required" if option.default is REQUIRED else "" if option.default is None else f"`{option.default}`"
+        rows.append(f"| `{option.flag()}` | {default} | {option.help.replace('|', '/')} |")
+    return "\n".join(rows)
