@@ -1,4 +1,4 @@
-"""Write each declared command's option table into its docs page (docs/methods/NAME.md), between the markers
+"""Write each declared command's option table into its docs page (dpdistill.commands.DECLARED), between the markers
 <!-- options --> and <!-- /options -->, from its declaration: run after changing one; a test checks they agree."""
 
 from pathlib import Path
@@ -7,12 +7,12 @@ from dpdistill.commands import DECLARED
 from dpdistill.options import option_table
 
 START, END = "<!-- options -->", "<!-- /options -->"
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "methods"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def main() -> None:
     for name, declared in DECLARED.items():
-        page = DOCS / f"{name}.md"
+        page = DOCS / declared.docs
         text = page.read_text()
         table = f"{START}\n`dpdistill {name}` (and `dpdistill.{name.replace('-', '_')}(...)`, the same names with " \
                 f"underscores):\n\n{option_table(declared.spec())}\n{END}"

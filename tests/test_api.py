@@ -15,7 +15,6 @@ from dpdistill.cli import main as cli
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.jobs import evaluate
-from dpdistill.training.private import PrivateTrainingConfig
 from dpdistill.training.self_supervised import ContrastiveConfig
 from dpdistill.training.teacher import TeacherConfig
 
@@ -32,7 +31,6 @@ def _field_defaults(config) -> dict:
 @pytest.mark.parametrize("command, config, api_defaults", [
     (cli.train_teacher_command, TeacherConfig, {"min_steps": TEACHER_MIN_STEPS}),
     (cli.pretrain_command, ContrastiveConfig, {"public_size": PUBLIC_POOL_SIZE}),
-    (cli.train_private_command, PrivateTrainingConfig, {}),
 ])
 def test_the_api_has_the_command_lines_defaults(command, config, api_defaults):
     cli_defaults, effective = _cli_defaults(command), {**_field_defaults(config), **api_defaults}

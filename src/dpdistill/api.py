@@ -78,6 +78,7 @@ def _student(out: Path, report: dict[str, Any]) -> StudentResult:
 
 
 pate = declared("pate", _student)
+train_private = declared("train-private", _student)
 
 
 def load_model(path: str | Path, name: str | None = None) -> nn.Module:
@@ -200,19 +201,6 @@ def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path
     with shown(progress, "federated") as shown_to:
         report = pipeline.federated(config, out, None if owners is None else Path(owners), resume, shown_to,
                                     overwrite)
-    return StudentResult(out, report, load_model(out, STUDENT))
-
-
-def train_private(dataset: str, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-                  progress: Progress | bool = False, **options: Any) -> StudentResult:
-    """`dpdistill train-private`: `options` are PrivateTrainingConfig's fields (method, epsilon, student_arch,
-    epochs, ...); with `resume`, the run's saved settings instead."""
-    from dpdistill.training.private import PrivateTrainingConfig
-
-    out = Path(out)
-    config = None if resume else PrivateTrainingConfig(dataset=dataset, **options)
-    with shown(progress, "train-private") as shown_to:
-        report = pipeline.train_private(config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 

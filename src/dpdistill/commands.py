@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 class Declared:
     module: str  # where the declaration `COMMAND` lives
     summary: str  # the first line of its help
+    docs: str  # its page under docs/, which shows its option table
 
     def spec(self) -> "CommandSpec":
         return importlib.import_module(self.module).COMMAND
@@ -24,5 +25,7 @@ class Declared:
 
 DECLARED: dict[str, Declared] = {
     "pate": Declared("dpdistill.methods.pate", "PATE: an ensemble labels public images by noisy votes. A student "
-                                               "learns from the answers."),
+                                               "learns from the answers.", "methods/pate.md"),
+    "train-private": Declared("dpdistill.methods.dpsgd", "Train the student on the private data directly with DP.",
+                              "methods/dpsgd.md"),
 }

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpdistill.methods.base import Source
+from dpdistill.methods.dpsgd import train_private
+from dpdistill.methods.pate import run_pate as pate
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.transcription import COVERS, uncovered_reads
@@ -22,7 +24,6 @@ if TYPE_CHECKING:
     from dpdistill.methods.release import ReleaseConfig
     from dpdistill.training.datalens import DataLensConfig
     from dpdistill.training.mean_embedding import MeanEmbeddingConfig
-    from dpdistill.training.private import PrivateTrainingConfig
 
 
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
@@ -37,16 +38,6 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
 
     method = transcription_method(_saved_method(out_dir, resume, config.method))
     return execute(method, Source(teacher_dir, dataset_name), config, out_dir, resume, overwrite, progress)
-
-
-def pate(teacher_dir: Path, config: "PateConfig | None", out_dir: Path, resume: bool = False,
-         progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """PATE on public images (methods/pate.py): the ensemble in `teacher_dir` labels public images through noisy
-    votes, and a student learns from them. With `resume`, the run saved in `out_dir` continues from its released
-    answers with its saved settings, without asking the ensemble again."""
-    from dpdistill.registry import method_named
-
-    return execute(method_named("pate"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
 
 
 def dgd(teacher_dir: Path, config: "DgdConfig | None", out_dir: Path, resume: bool = False,
@@ -92,16 +83,6 @@ def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | No
     if owners is not None and config is not None:
         prepare_owners(owners, config, progress)
     return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)
-
-
-def train_private(config: "PrivateTrainingConfig | None", out_dir: Path, resume: bool = False,
-                  progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
-    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
-    from dpdistill.registry import private_training_method
-
-    method = private_training_method(_saved_method(out_dir, resume, config.method if config else "dpsgd"))
-    return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
 def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: Path, resume: bool = False,

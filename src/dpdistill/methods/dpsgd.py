@@ -12,7 +12,17 @@ Every update is a noisy release, so the released student is covered (add/remove 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from dpdistill.methods.base import Source
+from dpdistill.methods.dpdfd_direct import DPDFDDirect
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.private_training import PrivateTrainingMethod
+from dpdistill.options import OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option
+from dpdistill.progress import Progress
+from dpdistill.runs import saved_config
+from dpdistill.training.private import PrivateTrainingConfig
 
 
 class DPSGD(PrivateTrainingMethod):
@@ -20,3 +30,41 @@ class DPSGD(PrivateTrainingMethod):
     summary = "DP-SGD on the private data (Opacus): per-example clipping and Gaussian noise on every step"
     paper = "Abadi et al., Deep Learning with Differential Privacy (CCS 2016)"
     covers = "the student (DP-SGD: every update is a clipped, noised per-example gradient)"
+
+
+def _configure(values: dict[str, Any]) -> PrivateTrainingConfig | None:
+    """A fresh run's settings from the options; a resumed run's saved ones (None: nothing saved, which the run
+    then says)."""
+    if values["resume"]:
+        saved = saved_config(Path(values["out"]))
+        return None if saved is None else PrivateTrainingConfig.from_dict(saved)
+    return PrivateTrainingConfig(**COMMAND.field_values(values))
+
+
+def train_private(config: PrivateTrainingConfig | None, out_dir: Path, resume: bool = False,
+                  progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
+    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
+    saved = saved_config(out_dir) if resume and out_dir.is_dir() else None
+    name = (saved or {}).get("method") or (config.method if config is not None else "dpsgd")
+    trainer = {"dpsgd": DPSGD, "dpdfd-direct": DPDFDDirect}[name]
+    return execute(trainer(), Source(), None if resume else config, out_dir, resume, overwrite, progress)
+
+
+COMMAND = CommandSpec(
+    name="train-private", help="Train the student on the private data directly with DP. The baseline "
+                               "transcription is compared to.",
+    options=(*field_options(PrivateTrainingConfig, ("dataset",)),
+             out_option("directory for student.safetensors, config.json, report.json and report.md"),
+             *field_options(PrivateTrainingConfig, (
+                 "method", "epsilon", "delta", "sigma", "max_grad_norm", "beta", "target_step", "student_arch",
+                 "epochs", "batch_size", "lr", "optimizer", "momentum", "student_init", "train_layers", "public",
+                 "public_size", "dataset_size", "relation", "seed", "reproducible_noise", "device")),
+             resume_option("continue the interrupted run in --out with its saved settings (other options are then "
+                           "ignored)"), OVERWRITE_OPTION),
+    configure=_configure,
+    run=lambda values, config, progress: train_private(config, Path(values["out"]), values["resume"], progress,
+                                                       values["overwrite"]),
+    progress_of=lambda values, config: ((None, "train-private") if config is None
+                                        else (config.epochs, f"{config.method} on {config.dataset}")),
+    positional=("dataset", "out"))

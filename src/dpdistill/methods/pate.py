@@ -41,6 +41,7 @@ from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
                                        teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
@@ -527,12 +528,12 @@ def _configure(values: dict[str, Any]) -> PateConfig | None:
     return PateConfig(**COMMAND.field_values(values))
 
 
-def _run(values: dict[str, Any], config: PateConfig | None, progress: Progress | None) -> dict[str, Any]:
-    from dpdistill.methods.lifecycle import execute
-
-    resume = values["resume"]
-    return execute(PATE(), Source(Path(values["teacher"])), None if resume else config, Path(values["out"]), resume,
-                   values["overwrite"], progress)
+def run_pate(teacher_dir: Path, config: PateConfig | None, out_dir: Path, resume: bool = False,
+             progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """PATE on public images: the ensemble in `teacher_dir` labels public images through noisy votes, and a student
+    learns from them. With `resume`, the run saved in `out_dir` continues from its released answers with its
+    saved settings, without asking the ensemble again."""
+    return execute(PATE(), Source(teacher_dir), None if resume else config, out_dir, resume, overwrite, progress)
 
 
 def _progress_of(_values: dict[str, Any], config: PateConfig | None) -> tuple[int | None, str]:
@@ -546,4 +547,7 @@ COMMAND = CommandSpec(
              out_option("directory for student.safetensors, answers.safetensors, report.json and report.md"),
              *field_options(PateConfig, tuple(field.name for field in dataclasses.fields(PateConfig))),
              resume_option(RESUME_FROM_ANSWERS_HELP), OVERWRITE_OPTION),
-    configure=_configure, run=_run, progress_of=_progress_of, positional=("teacher", "out"))
+    configure=_configure,
+    run=lambda values, config, progress: run_pate(Path(values["teacher"]), config, Path(values["out"]),
+                                                  values["resume"], progress, values["overwrite"]),
+    progress_of=_progress_of, positional=("teacher", "out"))

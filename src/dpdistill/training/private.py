@@ -62,6 +62,7 @@ from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import soft_cross_entropy
+from dpdistill.options import setting
 from dpdistill.progress import Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.training.state import load_state, save_state
@@ -130,30 +131,47 @@ def selection_note(config: "PrivateTrainingConfig") -> str | None:
 class PrivateTrainingConfig:
     """Every setting of a private-training run; checked on construction, so a bad value fails before any work."""
 
-    dataset: str
-    method: str = "dpsgd"
-    epsilon: float | None = None
-    delta: float = 1e-5
-    sigma: float | None = None  # dpsgd: the noise multiplier (std / max_grad_norm); dpdfd-direct: std / beta
-    max_grad_norm: float | None = None  # dpsgd: per-example clipping norm (None: the student's default)
-    beta: float = 1e-3  # dpdfd-direct: norm C of each output gradient
-    target_step: float = 0.1  # dpdfd-direct: gamma, the step of the noisy gradient on the student's logits
-    student_arch: str = "datalens"
-    epochs: int | None = None  # None here and below: the student's default (ARCH_TRAINING_DEFAULTS)
-    batch_size: int | None = None  # expected batch size of the Poisson sampler
-    lr: float | None = None
-    optimizer: str | None = None  # adam or sgd, applied to the privatised gradient (post-processing)
-    momentum: float | None = None  # sgd only
-    seed: int = 0  # initialisation only: privacy draws never come from it (unless reproducible_noise)
-    device: str = "cpu"
-    reproducible_noise: bool = False  # debugging only: noise and sampling from the seed, NO privacy guarantee
-    relation: str = ADD_REMOVE  # dpsgd: the neighbouring relation of the budget (dpdfd-direct: always replace-one)
-    student_init: str | None = None  # an encoder pretrained on public images the student starts from
-    train_layers: str | None = None  # "all", or "head": only the last layer learns, on the frozen backbone's features
-    public: str | None = None  # with student_init: where its public pool came from (as `pate --public`) ...
-    public_size: int = 5000  # ... and its size: accuracy is then measured on images the encoder never saw
-    dataset_size: int | None = None  # the training split's size as a public figure, from which the sampling rate
-    # and the steps are planned (None: the data set's declared size); never the exact private count
+    dataset: str = setting(help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz")
+    method: str = setting("dpsgd", "dpsgd (Opacus DP-SGD: the student is covered) or dpdfd-direct (noisy targets "
+                                   "from output gradients: NO formal guarantee for the student)")
+    epsilon: float | None = setting(None, "privacy budget; the noise is calibrated to it unless --sigma")
+    delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
+    sigma: float | None = setting(None, "dpsgd: noise multiplier (noise std over the clipping norm); dpdfd-direct: "
+                                        "noise std over beta. Default: calibrated to --epsilon")
+    max_grad_norm: float | None = setting(None, "dpsgd: per-example gradient clipping norm [default: 1.0; 0.1 for "
+                                                "scatter-*]")
+    beta: float = setting(1e-3, "dpdfd-direct: norm C of each output gradient")
+    target_step: float = setting(0.1, "dpdfd-direct: gamma, step of the noisy gradient on the logits")
+    student_arch: str = setting("datalens", "the student transcription uses, or module:callable")
+    # None here and below: the student's default (ARCH_TRAINING_DEFAULTS)
+    epochs: int | None = setting(None, "[default: 3, the benchmarks' dpsgd-eps* rows; 40 for scatter-*, Tramer & "
+                                       "Boneh's recipe]", min=1)
+    batch_size: int | None = setting(None, "expected batch size (Poisson sampling) [default: 256; 8192 for "
+                                           "scatter-linear, 4096 for scatter-cnn]", min=1)
+    lr: float | None = setting(None, "the learning rate [default: 1e-3; 8 for scatter-linear, 4 for scatter-cnn]")
+    optimizer: str | None = setting(None, "adam or sgd, on the privatised gradient (post-processing) [default: "
+                                          "adam; sgd for scatter-*]")
+    momentum: float | None = setting(None, "sgd's momentum [default: 0; 0.9 for scatter-*]")
+    student_init: str | None = setting(None, "start the student from this encoder (a `dpdistill pretrain` directory: "
+                                             "public images only); accuracy is then measured outside its public "
+                                             "pool")
+    train_layers: str | None = setting(None, "all, or head: only the last layer learns, on the frozen encoder's "
+                                             "features (a private linear probe; needs --student-init unless the "
+                                             "backbone is fixed) [default: all; head for scatter-linear]")
+    public: str | None = setting(None, "with --student-init: the data set of its public pool (as `pretrain "
+                                       "--public`)")
+    public_size: int = setting(5000, "with --student-init: the size of its public pool (as `pretrain "
+                                     "--public-size`)")
+    dataset_size: int | None = setting(None, "the training split's size as a public figure: the sampling rate and "
+                                             "the steps come from it, never the exact private count [default: the "
+                                             "data set's declared size; an .npz may hold declared_size]")
+    relation: str = setting(ADD_REMOVE, "dpsgd: the neighbouring relation the budget is stated under, add-remove "
+                                        "(Opacus') or replace-one (as ensembles and transcriptions; more noise); "
+                                        "dpdfd-direct: always replace-one")
+    seed: int = setting(0, "random seed of the initialisation only: noise and sampling are secret")
+    reproducible_noise: bool = setting(False, "debugging only, NO privacy guarantee: draw the noise and the Poisson "
+                                              "sampling from --seed, so the run repeats", show_default=False)
+    device: str = setting("cpu", "cpu or cuda")
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
