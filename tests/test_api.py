@@ -80,3 +80,10 @@ def test_the_package_exports_the_api_lazily():
     assert dpdistill.load_model is api.load_model
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         dpdistill.nothing
+
+
+def test_federated_is_the_api_call_even_once_its_package_is_imported(tmp_path: Path):
+    import dpdistill.federated.method  # noqa: F401  (the subpackage now is an attribute of dpdistill)
+
+    with pytest.raises(ConfigError, match="federated takes no option 'client'.* any field of FederatedConfig"):
+        dpdistill.federated("digits", 2, tmp_path, client=3)

@@ -79,6 +79,7 @@ def _student(out: Path, report: dict[str, Any]) -> StudentResult:
 
 pate = declared("pate", _student)
 train_private = declared("train-private", _student)
+federated = declared("federated", _student)
 
 
 def load_model(path: str | Path, name: str | None = None) -> nn.Module:
@@ -187,21 +188,6 @@ def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bo
 
     with shown(progress, "audit") as shown_to:
         return run_audit(AuditConfig(dataset=dataset, method=method, **options), Path(out), shown_to, overwrite)
-
-
-def federated(dataset: str, clients: int, out: str | Path, *, owners: str | Path | None = None, resume: bool = False,
-              overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
-    """`dpdistill federated`: `options` are FederatedConfig's fields (epsilon, method, dirichlet_alpha, dropouts,
-    engine, members_per_owner, queries, ...); `owners`: the owners' directory (default OUT-owners); with `resume`,
-    the run's saved settings instead."""
-    from dpdistill.federated.config import FederatedConfig
-
-    out = Path(out)
-    config = None if resume else FederatedConfig(dataset=dataset, clients=clients, **options)
-    with shown(progress, "federated") as shown_to:
-        report = pipeline.federated(config, out, None if owners is None else Path(owners), resume, shown_to,
-                                    overwrite)
-    return StudentResult(out, report, load_model(out, STUDENT))
 
 
 @dataclass(frozen=True)

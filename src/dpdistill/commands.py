@@ -28,4 +28,6 @@ DECLARED: dict[str, Declared] = {
                                                "learns from the answers.", "methods/pate.md"),
     "train-private": Declared("dpdistill.methods.dpsgd", "Train the student on the private data directly with DP.",
                               "methods/dpsgd.md"),
+    "federated": Declared("dpdistill.federated.method", "Data owners answer through secure aggregation (Flower).",
+                          "methods/federated.md"),
 }

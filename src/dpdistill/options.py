@@ -22,9 +22,11 @@ from typing import Any, Callable
 
 from dpdistill.errors import ConfigError
 from dpdistill.progress import Progress
+from dpdistill.settings import parse_assignments
 
 HELP, FLAGS, MIN, SHOW_DEFAULT = "help", "flags", "min", "show_default"
 REQUIRED = ...  # a setting the caller must give
+SETTINGS = "settings"  # where `CommandSpec.values` keeps the settable fields given beyond the options
 # help texts several configurations share
 SEED_HELP = "seeds what is not private (initialisation, order); the privacy noise is secret"
 REPRODUCIBLE_NOISE_HELP = "noise from --seed: debugging only, NO privacy guarantee"
@@ -76,6 +78,11 @@ def resume_option(help: str = "continue the interrupted run in --out") -> Option
     return Option("resume", bool, False, help, field=False)
 
 
+def set_option(help: str) -> Option:
+    """--set KEY=VALUE (repeatable): any field of the command's `settable` configuration, shown as an option or not."""
+    return Option("set_", list[str], [], help, flags=("--set",), field=False)
+
+
 OVERWRITE_OPTION = Option("overwrite", bool, False, "replace the run already in --out (its outputs are removed "
                           "first)", flags=("--overwrite",), show_default=False, field=False)
 
@@ -112,6 +119,12 @@ class CommandSpec:
     run: Callable[[dict[str, Any], Any, Progress | None], dict[str, Any]]
     progress_of: Callable[[dict[str, Any], Any], tuple[int | None, str]]
     positional: tuple[str, ...] = ()  # the API function's positional arguments, in order
+    settable: type | None = None  # the configuration whose every field --set (and an API keyword) reaches
+
+    def settings(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The fields of `settable` set beyond the options: --set's KEY=VALUE, or the API's keywords."""
+        assigned = parse_assignments(values.get("set_", []), self.settable) if self.settable else {}
+        return {**assigned, **values.get(SETTINGS, {})}
 
     def field_values(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values of the options that are configuration fields: the configuration's keyword arguments (a
@@ -120,12 +133,17 @@ class CommandSpec:
                 for option in self.options if option.field}
 
     def values(self, given: dict[str, Any]) -> dict[str, Any]:
-        """Every option's value: `given` over the declared defaults; an unknown or missing name is refused."""
+        """Every option's value: `given` over the declared defaults, and under SETTINGS the fields of `settable`
+        given that are not options (the Python API's --set); an unknown or missing name is refused."""
         names = {option.name for option in self.options}
-        unknown = sorted(set(given) - names)
+        settable = set() if self.settable is None else {field.name for field in dataclasses.fields(self.settable)}
+        unknown = sorted(set(given) - names - settable)
         if unknown:
-            raise ConfigError(f"{self.name} takes no option {unknown[0]!r}; it takes {', '.join(sorted(names))}")
-        values = {option.name: option.default for option in self.options} | given
+            raise ConfigError(f"{self.name} takes no option {unknown[0]!r}; it takes {', '.join(sorted(names))}"
+                              + (f" and any field of {self.settable.__name__}" if settable else ""))
+        values = {option.name: option.default for option in self.options} | {
+            name: value for name, value in given.items() if name in names}
+        values[SETTINGS] = {name: value for name, value in given.items() if name not in names}
         missing = [option.flag() for option in self.options if values[option.name] is REQUIRED]
         if missing:
             raise ConfigError(f"{self.name} needs {missing[0]}")
@@ -154,6 +172,8 @@ class CommandSpec:
         for option in self.options:
             default = "" if option.default is REQUIRED else f" [default: {option.default!r}]"
             lines.append(f"- {option.name}: {option.help or option.flag()}{default}")
+        if self.settable is not None:
+            lines.append(f"- any other field of {self.settable.__name__}, as --set does")
         lines.append("- progress: True shows progress on stderr; a callable gets every progress record")
         return "\n".join(lines)
 

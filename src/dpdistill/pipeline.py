@@ -6,19 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpdistill.federated.method import default_owners
+from dpdistill.federated.method import run_federated as federated
 from dpdistill.methods.base import Source
 from dpdistill.methods.dpsgd import train_private
 from dpdistill.methods.pate import run_pate as pate
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.transcription import COVERS, uncovered_reads
-from dpdistill.privacy.ledger import Budget, ReleaseLedger
 from dpdistill.privacy.ledger import coverage as privacy_coverage
 from dpdistill.progress import Progress
-from dpdistill.runs import claim_out_dir, saved_config
+from dpdistill.runs import saved_config
 
 if TYPE_CHECKING:
-    from dpdistill.federated.config import FederatedConfig
     from dpdistill.methods.dgd import DgdConfig
     from dpdistill.methods.pate import PateConfig
     from dpdistill.methods.release import ReleaseConfig
@@ -48,41 +48,6 @@ def dgd(teacher_dir: Path, config: "DgdConfig | None", out_dir: Path, resume: bo
     from dpdistill.registry import method_named
 
     return execute(method_named("dgd"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
-
-
-def default_owners(out_dir: Path) -> Path:
-    """Where a federated run keeps its simulated data owners unless told: beside `out_dir`, so that the run's
-    outputs and the owners' private teachers (and their ledger) stay apart."""
-    return out_dir.with_name(f"{out_dir.name}-owners")
-
-
-def federated(config: "FederatedConfig | None", out_dir: Path, owners: Path | None = None, resume: bool = False,
-              progress: Progress | None = None, overwrite: bool = False, budget: Budget | None = None
-              ) -> dict[str, Any]:
-    """Federated transcription on Flower (federated/method.py): the data owners in `owners` (trained first where
-    missing: federated/owners.py) answer through secure aggregation; a student learns from the sums. With
-    `resume`, the run saved in `out_dir` continues after its last released round, with its saved settings.
-    `budget` sets the total of the owners' ledger (every federated run of these owners) before anything runs."""
-    from dpdistill.federated.owners import check_owners, prepare_owners
-    from dpdistill.federated.method import ServerPlan
-    from dpdistill.registry import method_named
-
-    method = method_named("federated")
-    saved = method.interrupted(out_dir) if out_dir.is_dir() else None
-    if resume and saved is not None:
-        source, config = saved
-        owners = source.teacher
-    elif not resume:
-        claim_out_dir(out_dir, resume, overwrite, saved is not None, "federated run")  # refuse before the owners train
-        owners = owners or default_owners(out_dir)
-        check_owners(owners, config)
-        ServerPlan.of(config)  # the server's side too: data set, public pool, noise
-    if budget is not None and owners is not None:
-        owners.mkdir(parents=True, exist_ok=True)
-        ReleaseLedger(owners).set_total(budget.epsilon, budget.delta)
-    if owners is not None and config is not None:
-        prepare_owners(owners, config, progress)
-    return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)
 
 
 def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: Path, resume: bool = False,

@@ -546,62 +546,6 @@ def synthesize_command(
     print_summary(report, out)
 
 
-@app.command("federated")
-@clear_errors
-def federated_command(
-    dataset: str = typer.Option(..., help="the private data, divided among the owners"),
-    clients: int = typer.Option(..., help="M, the data owners (one Flower SuperNode each)"),
-    out: Path = typer.Option(..., help="directory for the student, the released sums and the report"),
-    method: str = typer.Option("pate", help="pate: the owners' members vote on public images; dpsd: FedDPSD, "
-                                            "their bounded gradients on synthetic images teach a student"),
-    epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound, replace-one)"),
-    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    dirichlet_alpha: Optional[float] = typer.Option(None, help="owners' holdings: Dirichlet(A) per class "
-                                                               "[default: an even keyed split]"),
-    dropouts: int = typer.Option(0, help="owners that may fail in a round; each owner's noise share grows "
-                                         "so that the others' sum keeps the planned noise"),
-    colluders: int = typer.Option(1, help="owners whose noise shares an adversary may know (each owner knows its "
-                                          "own): the shares are sized so the other owners' alone meet the budget"),
-    engine: str = typer.Option("simulation", help="simulation (Flower's, one process) or deployment (a "
-                                                  "SuperLink and M SuperNodes as processes on loopback)"),
-    owners: Optional[Path] = typer.Option(None, help="the owners' directory: reused if prepared, its ledger "
-                                                     "counting every run [default: OUT-owners]"),
-    members_per_owner: Optional[int] = typer.Option(None, help="teachers each owner trains on its data "
-                                                               "[default: 10 (pate), 1 (dpsd)]"),
-    queries: Optional[int] = typer.Option(None, help="public images the owners' teachers vote on [default: "
-                                                     "1000, or the whole public pool if smaller]"),
-    iterations: Optional[int] = typer.Option(None, help="dpsd: T, one secure round each [default: 200]"),
-    student_arch: str = typer.Option("datalens", help="the student's architecture"),
-    seed: int = SEED,
-    device: str = DEVICE,
-    set_: list[str] = typer.Option([], "--set", help="any other setting, KEY=VALUE (repeatable), e.g. "
-                                                     "teacher_init=scatter, batch_size=256"),
-    resume: bool = typer.Option(False, help="continue the interrupted run in --out after its last released "
-                                            "round"),
-    budget: Optional[float] = typer.Option(None, help="total epsilon every federated run of these owners may "
-                                                      "spend (set on the owners' ledger; each owner's own client "
-                                                      "keeps its own: `dpdistill budget OWNER_DIR --set`)"),
-    budget_delta: float = typer.Option(1e-5, help="delta of the total --budget"),
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """Data owners answer through secure aggregation (Flower)."""
-    from dpdistill.federated.config import FederatedConfig
-    from dpdistill.settings import parse_assignments
-    from dpdistill.pipeline import federated
-    from dpdistill.privacy.ledger import Budget
-
-    config = None if resume else FederatedConfig(**{
-        "epsilon": epsilon, "dataset": dataset, "clients": clients, "method": method, "delta": delta,
-        "dirichlet_alpha": dirichlet_alpha, "dropouts": dropouts, "colluders": colluders, "engine": engine,
-        "members_per_owner": members_per_owner, "queries": queries, "iterations": iterations,
-        "student_arch": student_arch, "seed": seed,
-        "device": device, **parse_assignments(set_, FederatedConfig)})
-    with progress_display(None, "federated: owners, then rounds and the student") as update:
-        report = federated(config, out, owners, resume, update, overwrite,
-                           None if budget is None else Budget(budget, budget_delta))
-    print_summary(report, out)
-
-
 def main() -> None:  # pragma: no cover - the `dpdistill` console script
     app(prog_name="dpdistill")
 

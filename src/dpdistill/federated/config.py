@@ -9,6 +9,7 @@ from typing import Any
 from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.protocol import check_dropouts
+from dpdistill.options import SEED_HELP, setting
 from dpdistill.training.teacher import TeacherConfig
 
 FEDERATED_METHODS = ("pate", "dpsd")
@@ -27,16 +28,22 @@ METHOD_SETTINGS = {"dpsd": ("preset", "iterations", "beta", "top_k"),
 class FederatedConfig:
     """A federation of `clients` data owners and the route that transcribes their teachers."""
 
-    epsilon: float | None
-    dataset: str
-    clients: int
-    method: str = "pate"
-    delta: float = 1e-5
-    dirichlet_alpha: float | None = None  # owners' holdings: Dirichlet(alpha) per class; None: an even keyed split
-    dropouts: int = 0  # owners that may fail in a round while the sum still carries the planned noise
-    colluders: int = 1  # owners whose noise shares an adversary may know: every owner knows its own, so at least 1
-    engine: str = "simulation"
-    members_per_owner: int | None = None  # None: DEFAULT_MEMBERS of the method
+    dataset: str = setting(help="the private data, divided among the owners")
+    clients: int = setting(help="M, the data owners (one Flower SuperNode each)")
+    method: str = setting("pate", "pate: the owners' members vote on public images; dpsd: FedDPSD, their bounded "
+                                  "gradients on synthetic images teach a student")
+    epsilon: float | None = setting(None, "privacy budget (sound, replace-one)")
+    delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
+    dirichlet_alpha: float | None = setting(None, "owners' holdings: Dirichlet(A) per class [default: an even keyed "
+                                                  "split]")
+    dropouts: int = setting(0, "owners that may fail in a round; each owner's noise share grows so that the others' "
+                               "sum keeps the planned noise")
+    colluders: int = setting(1, "owners whose noise shares an adversary may know (each owner knows its own): the "
+                                "shares are sized so the other owners' alone meet the budget")
+    engine: str = setting("simulation", "simulation (Flower's, one process) or deployment (a SuperLink and M "
+                                        "SuperNodes as processes on loopback)")
+    members_per_owner: int | None = setting(None, "teachers each owner trains on its data [default: 10 (pate), 1 "
+                                                  "(dpsd)]")
     teacher_arch: str = "cnn"
     teacher_init: str | None = None  # as `train-teacher --init` (scatter: heads on scattering features)
     teacher_heads_only: bool = False
@@ -48,22 +55,23 @@ class FederatedConfig:
     stage_timeout: float = 120.0  # deployment: seconds the server waits for the owners' replies in a SecAgg+ stage
     # FedDPSD: the server's side, as `dpdistill transcribe` in data mode (None: the preset's)
     preset: str = "paper"  # the transcription presets (methods/config.py): "paper" is seed 000's loop
-    iterations: int | None = None  # T: one secure-aggregation round each
+    iterations: int | None = setting(None, "dpsd: T, one secure round each [default: 200]")
     beta: float | None = None
     top_k: int | None = None
     # PATE: the server's side, as `dpdistill pate`
-    queries: int | None = None  # None: DEFAULT_QUERIES, or the whole public pool if it is smaller
+    queries: int | None = setting(None, "public images the owners' teachers vote on [default: 1000, or the whole "
+                                        "public pool if smaller]")
     public: str | None = None
     public_size: int | None = None  # None: PUBLIC_POOL_SIZE, or half the evaluation test split if that is smaller
     answer_targets: str = "argmax"
     self_training_rounds: int = 1
-    student_arch: str = "datalens"
+    student_arch: str = setting("datalens", "the student's architecture")
     epochs: int = 10
     min_steps: int = 1500
     batch_size: int | None = None  # PATE: the student's (128); FedDPSD: b, synthetic images a round
     lr: float = 1e-3
-    seed: int = 0
-    device: str = "cpu"
+    seed: int = setting(0, SEED_HELP)
+    device: str = setting("cpu", "cpu or cuda")
 
     def __post_init__(self) -> None:
         if self.epsilon is None:

@@ -37,12 +37,13 @@ from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
-from dpdistill.federated.owners import check_owners, owner_directory
+from dpdistill.federated.owners import check_owners, owner_directory, prepare_owners
 from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire, query_cost,
                                           refusal)
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.transcription import read_result
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.engine import check_remote_settings
 from dpdistill.methods.pate import (ANSWERS_FILE, COVERS, Answers, PateConfig, answer_accuracy, choose_queries,
@@ -51,11 +52,13 @@ from dpdistill.methods.teachers import classifier_meta
 from dpdistill.methods.transcription import COVERS as TRANSCRIPTION_COVERS, transcription_release
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate, paper_epsilon_dpsd_data
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
-from dpdistill.privacy.ledger import Release
+from dpdistill.options import (OVERWRITE_OPTION, CommandSpec, Option, field_options, out_option, resume_option,
+                               set_option)
+from dpdistill.privacy.ledger import Budget, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import federated_markdown
-from dpdistill.runs import release_state, saved_config
+from dpdistill.runs import claim_out_dir, release_state, saved_config
 
 PLAN_FILE, QUERIES_FILE, ROUNDS_DIR = "plan.json", "queries.safetensors", "rounds"
 AGGREGATION = {"pate": "each owner's members' vote counts plus its own discrete Gaussian share, summed by SecAgg+ "
@@ -343,3 +346,63 @@ class FederatedJob(Job):
         """The owners' teachers' accuracies: private, never in the released report."""
         return {"owners": [json.loads((path / "report.json").read_text())["accuracy"] for path in self.owner_dirs
                            if (path / "report.json").exists()]}
+
+
+def default_owners(out_dir: Path) -> Path:
+    """Where a federated run keeps its simulated data owners unless told: beside `out_dir`, so that the run's
+    outputs and the owners' private teachers (and their ledger) stay apart."""
+    return out_dir.with_name(f"{out_dir.name}-owners")
+
+
+def run_federated(config: FederatedConfig | None, out_dir: Path, owners: Path | None = None, resume: bool = False,
+                  progress: Progress | None = None, overwrite: bool = False, budget: Budget | None = None
+                  ) -> dict[str, Any]:
+    """Federated transcription on Flower: the data owners in `owners` (trained first where missing: owners.py)
+    answer through secure aggregation; a student learns from the sums. With `resume`, the run saved in `out_dir`
+    continues after its last released round, with its saved settings. `budget` sets the total of the owners'
+    ledger (every federated run of these owners) before anything runs."""
+    method = Federated()
+    saved = method.interrupted(out_dir) if out_dir.is_dir() else None
+    if resume and saved is not None:
+        source, config = saved
+        owners = source.teacher
+    elif not resume:
+        claim_out_dir(out_dir, resume, overwrite, saved is not None, "federated run")  # refuse before the owners train
+        owners = owners or default_owners(out_dir)
+        check_owners(owners, config)
+        ServerPlan.of(config)  # the server's side too: data set, public pool, noise
+    if budget is not None and owners is not None:
+        owners.mkdir(parents=True, exist_ok=True)
+        ReleaseLedger(owners).set_total(budget.epsilon, budget.delta)
+    if owners is not None and config is not None:
+        prepare_owners(owners, config, progress)
+    return execute(method, Source(owners), config, out_dir, resume, overwrite, progress)
+
+
+def _run(values: dict[str, Any], config: FederatedConfig | None, progress: Progress | None) -> dict[str, Any]:
+    budget = None if values["budget"] is None else Budget(values["budget"], values["budget_delta"])
+    owners = None if values["owners"] is None else Path(values["owners"])
+    return run_federated(None if values["resume"] else config, Path(values["out"]), owners, values["resume"],
+                         progress, values["overwrite"], budget)
+
+
+COMMAND = CommandSpec(
+    name="federated", help="Data owners answer through secure aggregation (Flower).",
+    options=(*field_options(FederatedConfig, ("dataset", "clients")),
+             out_option("directory for the student, the released sums and the report"),
+             *field_options(FederatedConfig, ("method", "epsilon", "delta", "dirichlet_alpha", "dropouts", "colluders",
+                                              "engine")),
+             Option("owners", Path | None, None, "the owners' directory: reused if prepared, its ledger counting "
+                                                 "every run [default: OUT-owners]", field=False),
+             *field_options(FederatedConfig, ("members_per_owner", "queries", "iterations", "student_arch", "seed",
+                                              "device")),
+             set_option("any other setting, KEY=VALUE (repeatable), e.g. teacher_init=scatter, batch_size=256"),
+             resume_option("continue the interrupted run in --out after its last released round"),
+             Option("budget", float | None, None, "total epsilon every federated run of these owners may spend (set "
+                                                  "on the owners' ledger; each owner's own client keeps its own: "
+                                                  "`dpdistill budget OWNER_DIR --set`)", field=False),
+             Option("budget_delta", float, 1e-5, "delta of the total --budget", field=False), OVERWRITE_OPTION),
+    configure=lambda values: None if values["resume"] else FederatedConfig(
+        **COMMAND.field_values(values), **COMMAND.settings(values)),
+    run=_run, progress_of=lambda values, config: (None, "federated: owners, then rounds and the student"),
+    positional=("dataset", "clients", "out"), settable=FederatedConfig)
