@@ -229,21 +229,12 @@ class SyntheticResult(StudentResult):
     generator: nn.Module | None
 
 
-def synthesize(dataset: str, out: str | Path, *, method: str = "datalens", epsilon: float | None = None,
-               preset: str | None = None, resume: bool = False, overwrite: bool = False,
-               progress: Progress | bool = False, **options: Any) -> SyntheticResult:
-    """`dpdistill synthesize`: `method` is datalens or dp-merf, `options` the fields of its config (DataLensConfig:
-    teachers, top_k, sigma, steps, ...; MeanEmbeddingConfig: embedding, rff_features, steps, ...), over the
-    `preset`'s; with `resume`, the run's saved method and settings instead."""
-    from dpdistill.registry import synthesis_method
-
-    out = Path(out)
-    config = None if resume else synthesis_method(method).build_config(
-        preset, {"dataset": dataset, "epsilon": epsilon, **options})
-    with shown(progress, "synthesize") as shown_to:
-        report = pipeline.synthesize(config, out, resume, shown_to, overwrite)
+def _synthetic(out: Path, report: dict[str, Any]) -> SyntheticResult:
     generator = load_conditional_generator(out)[0] if (out / "generator.safetensors").exists() else None
     return SyntheticResult(out, report, load_model(out, STUDENT), generator)
+
+
+synthesize = declared("synthesize", _synthetic)
 
 
 def evaluate(model: str | Path, dataset: str, *, name: str | None = None) -> Result:

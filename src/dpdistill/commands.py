@@ -30,4 +30,6 @@ DECLARED: dict[str, Declared] = {
                               "methods/dpsgd.md"),
     "federated": Declared("dpdistill.federated.method", "Data owners answer through secure aggregation (Flower).",
                           "methods/federated.md"),
+    "synthesize": Declared("dpdistill.methods.datalens", "Make a private labelled synthetic set from the data.",
+                           "methods/datalens.md"),
 }

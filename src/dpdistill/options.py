@@ -119,12 +119,13 @@ class CommandSpec:
     run: Callable[[dict[str, Any], Any, Progress | None], dict[str, Any]]
     progress_of: Callable[[dict[str, Any], Any], tuple[int | None, str]]
     positional: tuple[str, ...] = ()  # the API function's positional arguments, in order
-    settable: type | None = None  # the configuration whose every field --set (and an API keyword) reaches
+    settable: tuple[type, ...] = ()  # the configurations whose every field --set (and an API keyword) reaches
 
-    def settings(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The fields of `settable` set beyond the options: --set's KEY=VALUE, or the API's keywords."""
-        assigned = parse_assignments(values.get("set_", []), self.settable) if self.settable else {}
-        return {**assigned, **values.get(SETTINGS, {})}
+    def settings(self, values: dict[str, Any], kind: type | None = None) -> dict[str, Any]:
+        """The fields of `kind` (the first settable configuration unless told) set beyond the options: --set's
+        KEY=VALUE, or the API's keywords."""
+        kind = kind or self.settable[0]
+        return {**parse_assignments(values.get("set_", []), kind), **values.get(SETTINGS, {})}
 
     def field_values(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values of the options that are configuration fields: the configuration's keyword arguments (a
@@ -136,11 +137,12 @@ class CommandSpec:
         """Every option's value: `given` over the declared defaults, and under SETTINGS the fields of `settable`
         given that are not options (the Python API's --set); an unknown or missing name is refused."""
         names = {option.name for option in self.options}
-        settable = set() if self.settable is None else {field.name for field in dataclasses.fields(self.settable)}
+        settable = {field.name for kind in self.settable for field in dataclasses.fields(kind)}
         unknown = sorted(set(given) - names - settable)
         if unknown:
+            kinds = " or ".join(kind.__name__ for kind in self.settable)
             raise ConfigError(f"{self.name} takes no option {unknown[0]!r}; it takes {', '.join(sorted(names))}"
-                              + (f" and any field of {self.settable.__name__}" if settable else ""))
+                              + (f" and any field of {kinds}" if kinds else ""))
         values = {option.name: option.default for option in self.options} | {
             name: value for name, value in given.items() if name in names}
         values[SETTINGS] = {name: value for name, value in given.items() if name not in names}
@@ -172,8 +174,8 @@ class CommandSpec:
         for option in self.options:
             default = "" if option.default is REQUIRED else f" [default: {option.default!r}]"
             lines.append(f"- {option.name}: {option.help or option.flag()}{default}")
-        if self.settable is not None:
-            lines.append(f"- any other field of {self.settable.__name__}, as --set does")
+        if self.settable:
+            lines.append(f"- any other field of {' or '.join(kind.__name__ for kind in self.settable)}, as --set does")
         lines.append("- progress: True shows progress on stderr; a callable gets every progress record")
         return "\n".join(lines)
 

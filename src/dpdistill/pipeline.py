@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from dpdistill.federated.method import default_owners
 from dpdistill.federated.method import run_federated as federated
 from dpdistill.methods.base import Source
+from dpdistill.methods.datalens import synthesize
 from dpdistill.methods.dpsgd import train_private
 from dpdistill.methods.pate import run_pate as pate
 from dpdistill.methods.config import TranscriptionConfig
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from dpdistill.methods.dgd import DgdConfig
     from dpdistill.methods.pate import PateConfig
     from dpdistill.methods.release import ReleaseConfig
-    from dpdistill.training.datalens import DataLensConfig
-    from dpdistill.training.mean_embedding import MeanEmbeddingConfig
 
 
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
@@ -50,16 +49,6 @@ def dgd(teacher_dir: Path, config: "DgdConfig | None", out_dir: Path, resume: bo
     return execute(method_named("dgd"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
 
 
-def synthesize(config: "DataLensConfig | MeanEmbeddingConfig | None", out_dir: Path, resume: bool = False,
-               progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """A labelled private synthetic set (DataLens, methods/datalens.py, or DP-MERF, methods/dpmerf.py: the method
-    the config is for). With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
-    from dpdistill.registry import synthesis_method
-
-    method = synthesis_method(_saved_method(out_dir, resume, getattr(config, "method", "datalens")))
-    return execute(method, Source(), config, out_dir, resume, overwrite, progress)
-
-
 def release(config: "ReleaseConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,
             overwrite: bool = False) -> dict[str, Any]:
     """A DP teacher trained on the private data, transcribed for no further budget (methods/release.py): the
@@ -68,11 +57,6 @@ def release(config: "ReleaseConfig | None", out_dir: Path, resume: bool = False,
     from dpdistill.registry import method_named
 
     return execute(method_named("release"), Source(), config, out_dir, resume, overwrite, progress)
-
-
-def saved_synthesis_method(out_dir: Path) -> str:
-    """The method of the `synthesize` run saved in `out_dir` (DataLens' settings name none)."""
-    return _saved_method(out_dir, True, "datalens")
 
 
 def _saved_method(out_dir: Path, resume: bool, given: str) -> str:

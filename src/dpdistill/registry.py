@@ -15,7 +15,6 @@ from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
 from dpdistill.methods.release import PrivateRelease
-from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {**TRANSCRIPTIONS, **{method.name: method for method in (
@@ -37,10 +36,6 @@ def transcription_method(name: str) -> TranscriptionMethod:
 
 def private_training_method(name: str) -> PrivateTrainingMethod:
     return method_named(name, PrivateTrainingMethod)
-
-
-def synthesis_method(name: str) -> SynthesisMethod:
-    return method_named(name, SynthesisMethod)
 
 
 def methods() -> list[dict[str, str]]:

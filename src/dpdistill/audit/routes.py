@@ -117,7 +117,7 @@ def _build_dpsgd(config: "AuditConfig", data: str) -> Any:
 
 def _synthesis(method: str) -> Callable[["AuditConfig", str], Any]:
     def build(config: "AuditConfig", data: str) -> Any:
-        from dpdistill.registry import synthesis_method
+        from dpdistill.methods.datalens import synthesis_method
 
         chosen = synthesis_method(method)
         return chosen.build_config(config.preset, {

@@ -505,47 +505,6 @@ def audit_command(
                   f"{': REFUTED' if report['refuted'] else ''} -> {out}")
 
 
-@app.command("synthesize")
-@clear_errors
-def synthesize_command(
-    dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
-    out: Path = typer.Option(..., help="directory for generator, synthetic.npz, samples.png, student and report"),
-    method: str = typer.Option("datalens", help="datalens (seed 003): N teacher discriminators, TopAgg; "
-                               "dp-merf: one noisy release of class-wise mean embeddings"),
-    epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound, replace-one)"),
-    delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
-    preset: Optional[str] = typer.Option(None, help="datalens: paper, the official code's command (4,000 teachers)"),
-    teachers: Optional[int] = typer.Option(None, help="datalens: N teacher discriminators, one per partition"),
-    top_k: Optional[int] = typer.Option(None, help="datalens: k, coordinates each teacher votes on"),
-    sigma: Optional[float] = typer.Option(None, help="datalens: noise std on each summed vote [default: 1000; fitted to --steps when only they are given]"),
-    threshold: Optional[float] = typer.Option(None, help="datalens: beta, keep coordinates whose |noisy vote| >= beta N"),
-    steps: Optional[int] = typer.Option(None, help="generator (datalens, default: all the budget affords) or image (dp-merf) steps"),
-    batch_size: Optional[int] = typer.Option(None, help="datalens: samples a step, each one query"),
-    synthetic_size: Optional[int] = typer.Option(None, help="images written to synthetic.npz"),
-    seed: Optional[int] = typer.Option(None, help="seeds initialisation and latents, never the noise"),
-    reproducible_noise: bool = REPRODUCIBLE_NOISE,
-    device: Optional[str] = typer.Option(None, help="cpu or cuda"),
-    resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
-    set_: list[str] = typer.Option([], "--set", help="any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """Make a private labelled synthetic set from the data."""
-    from dpdistill.settings import parse_assignments
-    from dpdistill.registry import synthesis_method
-    from dpdistill.pipeline import saved_synthesis_method, synthesize
-
-    chosen = synthesis_method(saved_synthesis_method(out) if resume else method)
-    config = None if resume else chosen.build_config(preset, {
-        "dataset": dataset, "epsilon": epsilon, "delta": delta, "teachers": teachers, "top_k": top_k,
-        "sigma": sigma, "threshold": threshold, "steps": steps, "batch_size": batch_size,
-        "synthetic_size": synthetic_size, "seed": seed, "device": device,
-        "reproducible_noise": reproducible_noise or None, **parse_assignments(set_, chosen.config_type)})
-    settings = _saved_config(out, chosen.config_type) if resume else config
-    with progress_display(settings.steps if settings else None, f"{chosen.name} {chosen.stepped} steps") as update:
-        report = synthesize(config, out, resume, update, overwrite)
-    print_summary(report, out)
-
-
 def main() -> None:  # pragma: no cover - the `dpdistill` console script
     app(prog_name="dpdistill")
 

@@ -405,4 +405,4 @@ COMMAND = CommandSpec(
     configure=lambda values: None if values["resume"] else FederatedConfig(
         **COMMAND.field_values(values), **COMMAND.settings(values)),
     run=_run, progress_of=lambda values, config: (None, "federated: owners, then rounds and the student"),
-    positional=("dataset", "clients", "out"), settable=FederatedConfig)
+    positional=("dataset", "clients", "out"), settable=(FederatedConfig,))

@@ -29,14 +29,19 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Source
+from dpdistill.methods.dpmerf import DpMerf
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
+from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option, resume_option,
+                               set_option)
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import datalens_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens
+from dpdistill.training.mean_embedding import MeanEmbeddingConfig
 from dpdistill.training.state import STATE_SKELETON
 
 STUDENT_ARCH = "datalens"  # the papers' evaluation classifier
@@ -161,3 +166,80 @@ class DataLensJob(Job):
                                     "partition_sizes": self.trainer.part_sizes.tolist(),
                                     "teacher_history": result.teacher_history},
             write_files=synthetic_files(images, labels, dataset.num_classes))
+
+
+SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method in (DataLens(), DpMerf())}
+
+
+def synthesis_method(name: str) -> SynthesisMethod:
+    if name not in SYNTHESIS_METHODS:
+        raise ConfigError(f"unknown method {name!r}: choose one of {', '.join(SYNTHESIS_METHODS)}")
+    return SYNTHESIS_METHODS[name]
+
+
+def synthesize(config: Any, out_dir: Path, resume: bool = False, progress: Progress | None = None,
+               overwrite: bool = False) -> dict[str, Any]:
+    """A labelled private synthetic set (DataLens, or DP-MERF: methods/dpmerf.py; the method the config is for).
+    With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
+    return execute(synthesis_method(saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens")),
+                   Source(), config, out_dir, resume, overwrite, progress)
+
+
+def saved_synthesis_method(out_dir: Path) -> str:
+    """The method of the `synthesize` run saved in `out_dir` (DataLens' settings name none)."""
+    saved = saved_config(out_dir) if out_dir.is_dir() else None
+    return (saved or {}).get("method", "datalens")
+
+
+def _configure(values: dict[str, Any]) -> Any:
+    """A fresh run's settings: the preset's, then the options given; a resumed run's saved ones."""
+    out = Path(values["out"])
+    if values["resume"]:
+        chosen = synthesis_method(saved_synthesis_method(out))
+        saved = saved_config(out) if out.is_dir() else None
+        return None if saved is None else chosen.config_type.from_dict(saved)
+    chosen = synthesis_method(values["method"])
+    given = {name: values[name] for name in PRESET_OPTIONS}
+    return chosen.build_config(values["preset"], {**given, "dataset": values["dataset"],
+                                                  "reproducible_noise": values["reproducible_noise"] or None,
+                                                  **COMMAND.settings(values, chosen.config_type)})
+
+
+def _progress_of(values: dict[str, Any], config: Any) -> tuple[int | None, str]:
+    chosen = synthesis_method(getattr(config, "method", "datalens"))
+    return (None if config is None else config.steps), f"{chosen.name} {chosen.stepped} steps"
+
+
+# options whose None means the preset's value (or the method's default)
+PRESET_OPTIONS = {
+    "epsilon": (float, "privacy budget (sound, replace-one)"),
+    "delta": (float, "delta of (epsilon, delta)-DP [default 1e-5]"),
+    "teachers": (int, "datalens: N teacher discriminators, one per partition"),
+    "top_k": (int, "datalens: k, coordinates each teacher votes on"),
+    "sigma": (float, "datalens: noise std on each summed vote [default: 1000; fitted to --steps when only they are "
+                     "given]"),
+    "threshold": (float, "datalens: beta, keep coordinates whose |noisy vote| >= beta N"),
+    "steps": (int, "generator (datalens, default: all the budget affords) or image (dp-merf) steps"),
+    "batch_size": (int, "datalens: samples a step, each one query"),
+    "synthetic_size": (int, "images written to synthetic.npz"),
+    "seed": (int, "seeds initialisation and latents, never the noise"),
+    "device": (str, "cpu or cuda"),
+}
+
+COMMAND = CommandSpec(
+    name="synthesize", help="Make a private labelled synthetic set from the data.",
+    options=(Option("dataset", str, help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz",
+                    field=False),
+             out_option("directory for generator, synthetic.npz, samples.png, student and report"),
+             Option("method", str, "datalens", "datalens (seed 003): N teacher discriminators, TopAgg; dp-merf: one "
+                                               "noisy release of class-wise mean embeddings", field=False),
+             Option("preset", str | None, None, "datalens: paper, the official code's command (4,000 teachers)",
+                    field=False),
+             *(Option(name, kind | None, None, help, field=False) for name, (kind, help) in PRESET_OPTIONS.items()),
+             Option("reproducible_noise", bool, False, REPRODUCIBLE_NOISE_HELP, show_default=False, field=False),
+             resume_option(), set_option("any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
+             OVERWRITE_OPTION),
+    configure=_configure,
+    run=lambda values, config, progress: synthesize(None if values["resume"] else config, Path(values["out"]),
+                                                    values["resume"], progress, values["overwrite"]),
+    progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig))
