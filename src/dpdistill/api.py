@@ -80,6 +80,7 @@ def _student(out: Path, report: dict[str, Any]) -> StudentResult:
 pate = declared("pate", _student)
 train_private = declared("train-private", _student)
 federated = declared("federated", _student)
+dgd = declared("dgd", _student)
 
 
 def load_model(path: str | Path, name: str | None = None) -> nn.Module:
@@ -160,22 +161,6 @@ def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = Non
                           dp_teacher=teacher_provenance(Path(teacher)) is not None)
     with shown(progress, "transcribe") as shown_to:
         report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, shown_to, overwrite)
-    return StudentResult(out, report, load_model(out, STUDENT))
-
-
-def dgd(teacher: str | Path, out: str | Path, *, epsilon: float | None = None, baseline: str | Path | None = None,
-        sample_source: str | Path | None = None, resume: bool = False, overwrite: bool = False,
-        progress: Progress | bool = False, **options: Any) -> StudentResult:
-    """`dpdistill dgd`: `baseline` for faithful DGD (no formal guarantee), `sample_source` or neither for the covered
-    variant; `options` are PateConfig's fields (queries, vote_noise, delta, seed...), `synthetic_size`, and
-    DataFreeConfig's prefixed `generator_` (generator_steps=500); with `resume`, the run's saved settings."""
-    from dpdistill.methods.dgd import build_dgd_config
-
-    out = Path(out)
-    config = None if resume else build_dgd_config(epsilon, None if baseline is None else str(baseline),
-                                                  None if sample_source is None else str(sample_source), options)
-    with shown(progress, "dgd") as shown_to:
-        report = pipeline.dgd(Path(teacher), config, out, resume, shown_to, overwrite)
     return StudentResult(out, report, load_model(out, STUDENT))
 
 

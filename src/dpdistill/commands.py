@@ -32,4 +32,5 @@ DECLARED: dict[str, Declared] = {
                           "methods/federated.md"),
     "synthesize": Declared("dpdistill.methods.datalens", "Make a private labelled synthetic set from the data.",
                            "methods/datalens.md"),
+    "dgd": Declared("dpdistill.methods.dgd", "DGD: noisy votes and a VAE teach a student.", "methods/dgd.md"),
 }

@@ -120,6 +120,7 @@ class CommandSpec:
     progress_of: Callable[[dict[str, Any], Any], tuple[int | None, str]]
     positional: tuple[str, ...] = ()  # the API function's positional arguments, in order
     settable: tuple[type, ...] = ()  # the configurations whose every field --set (and an API keyword) reaches
+    prefixed: tuple[tuple[str, type], ...] = ()  # and a nested configuration's fields under a prefix (generator_)
 
     def settings(self, values: dict[str, Any], kind: type | None = None) -> dict[str, Any]:
         """The fields of `kind` (the first settable configuration unless told) set beyond the options: --set's
@@ -137,10 +138,11 @@ class CommandSpec:
         """Every option's value: `given` over the declared defaults, and under SETTINGS the fields of `settable`
         given that are not options (the Python API's --set); an unknown or missing name is refused."""
         names = {option.name for option in self.options}
-        settable = {field.name for kind in self.settable for field in dataclasses.fields(kind)}
+        settable = {field.name for kind in self.settable for field in dataclasses.fields(kind)} | {
+            prefix + field.name for prefix, kind in self.prefixed for field in dataclasses.fields(kind)}
         unknown = sorted(set(given) - names - settable)
         if unknown:
-            kinds = " or ".join(kind.__name__ for kind in self.settable)
+            kinds = self._settable_words()
             raise ConfigError(f"{self.name} takes no option {unknown[0]!r}; it takes {', '.join(sorted(names))}"
                               + (f" and any field of {kinds}" if kinds else ""))
         values = {option.name: option.default for option in self.options} | {
@@ -150,6 +152,10 @@ class CommandSpec:
         if missing:
             raise ConfigError(f"{self.name} needs {missing[0]}")
         return values
+
+    def _settable_words(self) -> str:
+        return " or ".join([kind.__name__ for kind in self.settable]
+                           + [f"{kind.__name__} prefixed {prefix}" for prefix, kind in self.prefixed])
 
     def signature(self) -> inspect.Signature:
         """The command line's: every option a keyword parameter typer reads."""
@@ -174,8 +180,8 @@ class CommandSpec:
         for option in self.options:
             default = "" if option.default is REQUIRED else f" [default: {option.default!r}]"
             lines.append(f"- {option.name}: {option.help or option.flag()}{default}")
-        if self.settable:
-            lines.append(f"- any other field of {' or '.join(kind.__name__ for kind in self.settable)}, as --set does")
+        if self.settable or self.prefixed:
+            lines.append(f"- any other field of {self._settable_words()}, as --set does")
         lines.append("- progress: True shows progress on stderr; a callable gets every progress record")
         return "\n".join(lines)
 

@@ -10,6 +10,7 @@ from dpdistill.federated.method import default_owners
 from dpdistill.federated.method import run_federated as federated
 from dpdistill.methods.base import Source
 from dpdistill.methods.datalens import synthesize
+from dpdistill.methods.dgd import run_dgd as dgd
 from dpdistill.methods.dpsgd import train_private
 from dpdistill.methods.pate import run_pate as pate
 from dpdistill.methods.config import TranscriptionConfig
@@ -20,7 +21,6 @@ from dpdistill.progress import Progress
 from dpdistill.runs import saved_config
 
 if TYPE_CHECKING:
-    from dpdistill.methods.dgd import DgdConfig
     from dpdistill.methods.pate import PateConfig
     from dpdistill.methods.release import ReleaseConfig
 
@@ -37,16 +37,6 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
 
     method = transcription_method(_saved_method(out_dir, resume, config.method))
     return execute(method, Source(teacher_dir, dataset_name), config, out_dir, resume, overwrite, progress)
-
-
-def dgd(teacher_dir: Path, config: "DgdConfig | None", out_dir: Path, resume: bool = False,
-        progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """DGD (methods/dgd.py): PATE's answers and a tangent-normal student on the images of a generator trained
-    against `config.baseline` (no formal guarantee) or of a covered source. With `resume`, the run saved in
-    `out_dir` continues from its released answers (and saved generator) with its saved settings."""
-    from dpdistill.registry import method_named
-
-    return execute(method_named("dgd"), Source(teacher_dir), config, out_dir, resume, overwrite, progress)
 
 
 def release(config: "ReleaseConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,

@@ -414,49 +414,6 @@ def pretrain_command(
                   f"{report['timing']['wall_seconds']:.0f} s -> {out}")
 
 
-@app.command("dgd")
-@clear_errors
-def dgd_command(
-    teacher: Path = ENSEMBLE,
-    out: Path = typer.Option(..., help="directory for student.safetensors, answers.safetensors, samples.png, "
-                                       "report.json and report.md"),
-    epsilon: Optional[float] = typer.Option(None, help="privacy budget of the answers (with a sample source: of the "
-                                                       "source and the answers together)"),
-    baseline: Optional[Path] = typer.Option(None, help="faithful DGD: a classifier trained on all the private data "
-                                                       "(train-teacher --out); the generator learns against it "
-                                                       "without noise, so NO formal guarantee"),
-    sample_source: Optional[Path] = SAMPLE_SOURCE,
-    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    set_: list[str] = typer.Option([], "--set", help="any setting, KEY=VALUE (repeatable): a `pate` option "
-                                                     "(queries=27), synthetic_size, or generator_ and a generator "
-                                                     "setting (generator_steps=500)"),
-    seed: int = SEED,
-    reproducible_noise: bool = REPRODUCIBLE_NOISE,
-    device: str = DEVICE,
-    resume: bool = RESUME_FROM_ANSWERS,
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """DGD: noisy votes and a VAE teach a student.
-
-    An ensemble labels a few synthetic images by noisy votes; a student learns from them and, through a VAE of the
-    images, from every one. With --baseline the images come from a generator trained against it (faithful, no
-    formal guarantee); with --sample-source from a covered generator; with neither, public images (covered)."""
-    from dpdistill.methods.dgd import build_dgd_config, parse_dgd_assignments
-    from dpdistill.registry import method_named
-    from dpdistill.pipeline import dgd
-
-    if resume:  # the saved settings; with nothing to resume, dgd says so
-        saved = method_named("dgd").interrupted(out)
-        config = saved[1] if saved else None
-    else:
-        config = build_dgd_config(epsilon, None if baseline is None else str(baseline),
-                                  None if sample_source is None else str(sample_source), parse_dgd_assignments(set_),
-                                  delta=delta, seed=seed, device=device, reproducible_noise=reproducible_noise)
-    with progress_display(config.labelling.progress_total() if config else None, "dgd student steps") as update:
-        report = dgd(teacher, None if resume else config, out, resume, update, overwrite)
-    print_summary(report, out)
-
-
 @app.command("audit")
 @clear_errors
 def audit_command(

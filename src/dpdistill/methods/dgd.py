@@ -36,10 +36,13 @@ from dpdistill.atomic import write_atomically
 from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.methods.base import Outcome, Source
+from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.pate import PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_generator
+from dpdistill.options import (ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP, SETTINGS,
+                               CommandSpec, Option, field_options, out_option, resume_option, set_option)
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.progress import Progress
@@ -268,3 +271,51 @@ class DgdJob(PateJob):
         self.source = SampleSource(Path(self.dgd.baseline), "dgd data-free generator", self.dataset_name, images,
                                    unlabelled, Release(dp_accounting.NonPrivateDpEvent(), 1.0, math.inf), False)
         return report
+
+
+def run_dgd(teacher_dir: Path, config: DgdConfig | None, out_dir: Path, resume: bool = False,
+            progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """DGD: PATE's answers and a tangent-normal student on the images of a generator trained against
+    `config.baseline` (no formal guarantee) or of a covered source. With `resume`, the run saved in `out_dir`
+    continues from its released answers (and saved generator) with its saved settings."""
+    return execute(DGD(), Source(teacher_dir), None if resume else config, out_dir, resume, overwrite, progress)
+
+
+def _configure(values: dict[str, Any]) -> DgdConfig | None:
+    """A fresh run's settings: DGD's defaults, then --set's (or the API's keywords); a resumed run's saved ones."""
+    if values["resume"]:
+        saved = DGD().interrupted(Path(values["out"]))
+        return None if saved is None else saved[1]
+    paths = {name: None if values[name] is None else str(values[name]) for name in ("baseline", "sample_source")}
+    return build_dgd_config(values["epsilon"], paths["baseline"], paths["sample_source"],
+                            {**parse_dgd_assignments(values["set_"]), **values.get(SETTINGS, {})},
+                            delta=values["delta"], seed=values["seed"], device=values["device"],
+                            reproducible_noise=values["reproducible_noise"])
+
+
+COMMAND = CommandSpec(
+    name="dgd", help="DGD: noisy votes and a VAE teach a student.\n\nAn ensemble labels a few synthetic images by "
+                     "noisy votes; a student learns from them and, through a VAE of the images, from every one. With "
+                     "--baseline the images come from a generator trained against it (faithful, no formal "
+                     "guarantee); with --sample-source from a covered generator; with neither, public images "
+                     "(covered).",
+    options=(Option("teacher", Path, help=ENSEMBLE_HELP, field=False),
+             out_option("directory for student.safetensors, answers.safetensors, samples.png, report.json and "
+                        "report.md"),
+             Option("epsilon", float | None, None, "privacy budget of the answers (with a sample source: of the "
+                                                   "source and the answers together)", field=False),
+             Option("baseline", Path | None, None, "faithful DGD: a classifier trained on all the private data "
+                                                   "(train-teacher --out); the generator learns against it without "
+                                                   "noise, so NO formal guarantee", field=False),
+             Option("sample_source", Path | None, None, SAMPLE_SOURCE_HELP, field=False),
+             *field_options(PateConfig, ("delta",)),
+             set_option("any setting, KEY=VALUE (repeatable): a `pate` option (queries=27), synthetic_size, or "
+                        "generator_ and a generator setting (generator_steps=500)"),
+             *field_options(PateConfig, ("seed", "reproducible_noise", "device")),
+             resume_option(RESUME_FROM_ANSWERS_HELP), OVERWRITE_OPTION),
+    configure=_configure,
+    run=lambda values, config, progress: run_dgd(Path(values["teacher"]), config, Path(values["out"]),
+                                                 values["resume"], progress, values["overwrite"]),
+    progress_of=lambda values, config: (None if config is None else config.labelling.progress_total(),
+                                        "dgd student steps"),
+    positional=("teacher", "out"), settable=(PateConfig, DgdConfig), prefixed=((GENERATOR_PREFIX, DataFreeConfig),))
