@@ -39,15 +39,6 @@ def test_the_api_has_the_command_lines_defaults(command, config, api_defaults):
     assert {name: cli_defaults[name] for name in shared} == {name: effective[name] for name in shared}
 
 
-def test_release_has_the_command_lines_defaults():
-    cli_defaults = _cli_defaults(cli.release_command)
-    api_defaults = {name: parameter.default for name, parameter in inspect.signature(api.release).parameters.items()
-                    if parameter.default is not inspect.Parameter.empty}
-    shared = set(cli_defaults) & set(api_defaults)
-    assert len(shared) >= 9
-    assert {name: cli_defaults[name] for name in shared} == {name: api_defaults[name] for name in shared}
-
-
 def test_train_teacher_then_transcribe_and_evaluate(tmp_path: Path):
     teacher = dpdistill.train_teacher("digits", tmp_path / "teacher", epochs=1, min_steps=5, batch_size=64,
                                       budget=20)

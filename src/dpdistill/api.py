@@ -25,7 +25,7 @@ from dpdistill import jobs, pipeline
 from dpdistill.commands import DECLARED
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
-from dpdistill.methods.release import STUDENT_ARCH, SYNTHETIC_SIZE, TEACHER_ARCH
+from dpdistill.methods.release import TEACHER_DIR
 from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier, load_conditional_generator, load_generator
 from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
@@ -184,25 +184,12 @@ class ReleaseResult(StudentResult):
     teacher: nn.Module
 
 
-def release(dataset: str, out: str | Path, *, epsilon: float, delta: float = DEFAULT_DELTA,
-            relation: str = ADD_REMOVE, student_arch: str = STUDENT_ARCH, synthetic_size: int = SYNTHETIC_SIZE,
-            teacher_arch: str = TEACHER_ARCH, preset: str | None = None, seed: int = 0, device: str = "cpu",
-            teacher_options: dict[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
-            progress: Progress | bool = False, **options: Any) -> ReleaseResult:
-    """`dpdistill release`: a DP-SGD teacher on `dataset` at (`epsilon`, `delta`) under `relation`, transcribed at no
-    further cost into a `student_arch` student, a generator and `synthetic_size` synthetic images.
-    `teacher_options` are PrivateTrainingConfig's fields (epochs, batch_size, lr, ...), `options`
-    TranscriptionConfig's (iterations, student_steps, ...) over the `preset` (default dp-teacher); with `resume`,
-    the run's saved settings instead."""
-    from dpdistill.methods.release import TEACHER_DIR, build_release_config
-
-    out = Path(out)
-    config = None if resume else build_release_config(dataset, epsilon, delta, relation, teacher_arch, student_arch,
-                                                      synthetic_size, preset, seed, device, teacher_options, options)
-    with shown(progress, "release") as shown_to:
-        report = pipeline.release(config, out, resume, shown_to, overwrite)
+def _release(out: Path, report: dict[str, Any]) -> ReleaseResult:
     return ReleaseResult(out, report, load_model(out, STUDENT), load_generator(out)[0],
                          load_model(out / TEACHER_DIR, STUDENT))
+
+
+release = declared("release", _release)
 
 
 @dataclass(frozen=True)

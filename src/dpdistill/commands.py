@@ -32,5 +32,7 @@ DECLARED: dict[str, Declared] = {
                           "methods/federated.md"),
     "synthesize": Declared("dpdistill.methods.datalens", "Make a private labelled synthetic set from the data.",
                            "methods/datalens.md"),
+    "release": Declared("dpdistill.methods.release", "Train a DP teacher and transcribe it for free.",
+                        "methods/release.md"),
     "dgd": Declared("dpdistill.methods.dgd", "DGD: noisy votes and a VAE teach a student.", "methods/dgd.md"),
 }

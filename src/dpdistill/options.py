@@ -169,7 +169,7 @@ class CommandSpec:
                       annotation=str | Path if by_name[name].annotation is Path else by_name[name].annotation)
                  for name in self.positional]
         rest = [kind(option.name, kind.KEYWORD_ONLY, annotation=option.annotation,
-                     default=None if option.default is REQUIRED else option.default)
+                     default=kind.empty if option.default is REQUIRED else option.default)
                 for option in self.options if option.name not in self.positional]
         return inspect.Signature([*first, *rest, kind("progress", kind.KEYWORD_ONLY, default=False,
                                                       annotation=Progress | bool)])

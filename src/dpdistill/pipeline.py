@@ -11,6 +11,7 @@ from dpdistill.federated.method import run_federated as federated
 from dpdistill.methods.base import Source
 from dpdistill.methods.datalens import synthesize
 from dpdistill.methods.dgd import run_dgd as dgd
+from dpdistill.methods.release import run_release as release
 from dpdistill.methods.dpsgd import train_private
 from dpdistill.methods.pate import run_pate as pate
 from dpdistill.methods.config import TranscriptionConfig
@@ -22,7 +23,6 @@ from dpdistill.runs import saved_config
 
 if TYPE_CHECKING:
     from dpdistill.methods.pate import PateConfig
-    from dpdistill.methods.release import ReleaseConfig
 
 
 def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None = None,
@@ -37,16 +37,6 @@ def transcribe(teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, da
 
     method = transcription_method(_saved_method(out_dir, resume, config.method))
     return execute(method, Source(teacher_dir, dataset_name), config, out_dir, resume, overwrite, progress)
-
-
-def release(config: "ReleaseConfig | None", out_dir: Path, resume: bool = False, progress: Progress | None = None,
-            overwrite: bool = False) -> dict[str, Any]:
-    """A DP teacher trained on the private data, transcribed for no further budget (methods/release.py): the
-    student, generator and synthetic set in `out_dir`, the teacher in `out_dir/teacher`. With `resume`, the run
-    saved in `out_dir` continues (its teacher's run, then its transcription) with its saved settings."""
-    from dpdistill.registry import method_named
-
-    return execute(method_named("release"), Source(), config, out_dir, resume, overwrite, progress)
 
 
 def _saved_method(out_dir: Path, resume: bool, given: str) -> str:

@@ -336,54 +336,6 @@ def demo_command(
     run_demo(out, summary, dataset.value)
 
 
-@app.command("release")
-@clear_errors
-def release_command(
-    dataset: str = typer.Option(..., help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz"),
-    out: Path = typer.Option(..., help="directory for the student, the generator, synthetic.npz and the report; the "
-                                       "DP teacher goes to OUT/teacher"),
-    epsilon: float = typer.Option(..., help="the whole release's budget: the DP teacher's (its transcription is "
-                                            "post-processing and costs nothing)"),
-    delta: float = typer.Option(1e-5, help="delta of (epsilon, delta)-DP"),
-    relation: str = typer.Option("add-remove", show_default=False,
-                                 help="the neighbouring relation of the budget: add-remove (Opacus', the default) "
-                                      "or replace-one (as the teacher routes; more noise)"),
-    student_arch: str = typer.Option("cnn", help="the student's architecture: any registered one, or "
-                                                 "module:callable"),
-    synthetic_size: int = typer.Option(60000, min=0, help="synthetic images to release, classes balanced (0: none)"),
-    teacher_arch: str = typer.Option("scatter-linear", help="the DP-SGD teacher's architecture"),
-    preset: Optional[str] = typer.Option(None, help="the transcription's engine settings [default: dp-teacher]"),
-    iterations: Optional[int] = typer.Option(None, help="the transcription's iterations [default: the preset's]"),
-    set_: list[str] = typer.Option([], "--set", help="any transcription knob, KEY=VALUE (repeatable)"),
-    teacher_set: list[str] = typer.Option([], "--teacher-set", help="any train-private knob of the teacher, "
-                                                                    "KEY=VALUE (repeatable), e.g. epochs=160"),
-    seed: int = SEED,
-    device: str = DEVICE,
-    resume: bool = typer.Option(False, help="continue the interrupted release in --out with its saved settings: "
-                                            "its teacher's run, then its transcription"),
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """Train a DP teacher and transcribe it for free.
-
-    From the private data, one release under one epsilon: a DP-SGD teacher, transcribed at no further budget into a
-    student of any architecture, a generator and a synthetic set."""
-    from dpdistill.methods.config import TranscriptionConfig
-    from dpdistill.methods.release import ReleaseConfig, build_release_config
-    from dpdistill.pipeline import release
-    from dpdistill.settings import parse_assignments
-    from dpdistill.training.private import PrivateTrainingConfig
-
-    config = None if resume else build_release_config(
-        dataset, epsilon, delta, relation, teacher_arch, student_arch, synthetic_size, preset, seed, device,
-        parse_assignments(teacher_set, PrivateTrainingConfig),
-        {**parse_assignments(set_, TranscriptionConfig), **({} if iterations is None else {"iterations": iterations})})
-    settings = _saved_config(out, ReleaseConfig) if resume else config
-    with progress_display(None if settings is None else settings.transcription.iterations,
-                          f"release on {dataset}") as update:
-        report = release(config, out, resume, update, overwrite)
-    print_summary(report, out)
-
-
 @app.command("pretrain")
 @clear_errors
 def pretrain_command(

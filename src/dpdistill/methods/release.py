@@ -25,11 +25,14 @@ from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
+from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, out_option, resume_option,
+                               set_option)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
+from dpdistill.settings import parse_assignments
 from dpdistill.training.private import (PrivateTrainingConfig, declared_train_size, plan_private_training,
                                        selection_note)
 
@@ -155,3 +158,69 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                                           **(transcription_options or {})},
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
     return ReleaseConfig(teacher, transcription)
+
+
+def run_release(config: ReleaseConfig | None, out_dir: Path, resume: bool = False, progress: Progress | None = None,
+                overwrite: bool = False) -> dict[str, Any]:
+    """A DP teacher trained on the private data, transcribed for no further budget: the student, generator and
+    synthetic set in `out_dir`, the teacher in `out_dir/teacher`. With `resume`, the run saved in `out_dir`
+    continues (its teacher's run, then its transcription) with its saved settings."""
+    return execute(PrivateRelease(), Source(), None if resume else config, out_dir, resume, overwrite, progress)
+
+
+TEACHER_PREFIX = "teacher_"  # the Python API's `teacher_epochs=160`: the teacher's train-private settings
+
+
+def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
+    """A fresh release's two configurations from the options, --set (the transcription's), --teacher-set (the
+    teacher's) or the API's keywords; a resumed one's saved settings."""
+    if values["resume"]:
+        saved = PrivateRelease().interrupted(Path(values["out"]))
+        return None if saved is None else saved[1]
+    given = values.get(SETTINGS, {})
+    teacher = {**parse_assignments(values["teacher_set"], PrivateTrainingConfig),
+               **{name[len(TEACHER_PREFIX):]: value for name, value in given.items() if name.startswith(TEACHER_PREFIX)}}
+    transcription = {**parse_assignments(values["set_"], TranscriptionConfig),
+                     **{name: value for name, value in given.items() if not name.startswith(TEACHER_PREFIX)},
+                     **({} if values["iterations"] is None else {"iterations": values["iterations"]})}
+    return build_release_config(values["dataset"], values["epsilon"], values["delta"], values["relation"],
+                                values["teacher_arch"], values["student_arch"], values["synthetic_size"],
+                                values["preset"], values["seed"], values["device"], teacher, transcription)
+
+
+COMMAND = CommandSpec(
+    name="release", help="Train a DP teacher and transcribe it for free.\n\nFrom the private data, one release under "
+                         "one epsilon: a DP-SGD teacher, transcribed at no further budget into a student of any "
+                         "architecture, a generator and a synthetic set.",
+    options=(Option("dataset", str, help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz",
+                    field=False),
+             out_option("directory for the student, the generator, synthetic.npz and the report; the DP teacher "
+                        "goes to OUT/teacher"),
+             Option("epsilon", float, help="the whole release's budget: the DP teacher's (its transcription is "
+                                           "post-processing and costs nothing)", field=False),
+             Option("delta", float, 1e-5, "delta of (epsilon, delta)-DP", field=False),
+             Option("relation", str, ADD_REMOVE, "the neighbouring relation of the budget: add-remove (Opacus', the "
+                                                 "default) or replace-one (as the teacher routes; more noise)",
+                    show_default=False, field=False),
+             Option("student_arch", str, STUDENT_ARCH, "the student's architecture: any registered one, or "
+                                                       "module:callable", field=False),
+             Option("synthetic_size", int, SYNTHETIC_SIZE, "synthetic images to release, classes balanced (0: none)",
+                    min=0, field=False),
+             Option("teacher_arch", str, TEACHER_ARCH, "the DP-SGD teacher's architecture", field=False),
+             Option("preset", str | None, None, "the transcription's engine settings [default: dp-teacher]",
+                    field=False),
+             Option("iterations", int | None, None, "the transcription's iterations [default: the preset's]",
+                    field=False),
+             set_option("any transcription knob, KEY=VALUE (repeatable)"),
+             Option("teacher_set", list[str], [], "any train-private knob of the teacher, KEY=VALUE (repeatable), "
+                                                  "e.g. epochs=160", flags=("--teacher-set",), field=False),
+             Option("seed", int, 0, SEED_HELP, field=False), Option("device", str, "cpu", "cpu or cuda", field=False),
+             resume_option("continue the interrupted release in --out with its saved settings: its teacher's run, "
+                           "then its transcription"), OVERWRITE_OPTION),
+    configure=_configure,
+    run=lambda values, config, progress: run_release(config, Path(values["out"]), values["resume"], progress,
+                                                     values["overwrite"]),
+    progress_of=lambda values, config: (None if config is None else config.transcription.iterations,
+                                        f"release on {values['dataset']}"),
+    positional=("dataset", "out"), settable=(TranscriptionConfig,),
+    prefixed=((TEACHER_PREFIX, PrivateTrainingConfig),))
