@@ -80,3 +80,9 @@ def test_each_declared_commands_api_function_takes_the_command_lines_options_and
         expected = inspect.Parameter.empty if option.required else list(option.default) if option.multiple \
             else option.default
         assert api_parameters[option.name].default == expected, option.name
+
+
+def test_a_choice_given_to_the_api_as_a_word_is_checked_before_any_work(tmp_path: Path):
+    with pytest.raises(ConfigError, match="--privacy must be one of data, label, none, got 'labels'"):
+        api.transcribe(tmp_path / "teacher", tmp_path / "out", privacy="labels")
+    assert not (tmp_path / "out").exists()

@@ -77,6 +77,7 @@ def _student(out: Path, report: dict[str, Any]) -> StudentResult:
     return StudentResult(out, report, load_model(out, STUDENT))
 
 
+transcribe = declared("transcribe", _student)
 pate = declared("pate", _student)
 train_private = declared("train-private", _student)
 federated = declared("federated", _student)
@@ -140,28 +141,6 @@ def pretrain(dataset: str, out: str | Path, *, public: str | None = None, public
     with shown(progress, "pretrain") as shown_to:
         report = jobs.pretrain(dataset, public, public_size, ContrastiveConfig(**options), out, shown_to, overwrite)
     return ModelResult(out, report, load_classifier(out, ENCODER, kind="encoder")[0])
-
-
-def transcribe(teacher: str | Path, out: str | Path, *, preset: str | None = None, dataset: str | None = None,
-               privacy: str | None = None, epsilon: float | None = None, delta: float | None = None,
-               accounting: str | None = None, sigma: float | None = None, beta: float | None = None,
-               epsilon0: float | None = None, sample_source: str | Path | None = None, resume: bool = False,
-               overwrite: bool = False, progress: Progress | bool = False, **options: Any) -> StudentResult:
-    """`dpdistill transcribe`: the privacy arguments as the command's (None: the preset's or the default), and
-    `options` TranscriptionConfig's fields (method, iterations, batch_size, top_k, student_arch, ...);
-    `sample_source`: a `synthesize` directory whose images are asked about instead of generated ones."""
-    from dpdistill.methods.config import build_config
-    from dpdistill.methods.teachers import teacher_provenance
-
-    out = Path(out)
-    options["sample_source"] = None if sample_source is None else str(sample_source)
-    privacy_options = {"mode": privacy, "epsilon": epsilon, "delta": delta, "accounting": accounting,
-                       "sigma": sigma, "beta": beta, "epsilon0": epsilon0}
-    config = build_config(preset, options, {key: value for key, value in privacy_options.items() if value is not None},
-                          dp_teacher=teacher_provenance(Path(teacher)) is not None)
-    with shown(progress, "transcribe") as shown_to:
-        report = pipeline.transcribe(Path(teacher), config, out, dataset, resume, shown_to, overwrite)
-    return StudentResult(out, report, load_model(out, STUDENT))
 
 
 def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bool = False,

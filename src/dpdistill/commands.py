@@ -24,6 +24,8 @@ class Declared:
 
 
 DECLARED: dict[str, Declared] = {
+    "transcribe": Declared("dpdistill.methods.dpsd_family", "Convert a teacher into a private student and "
+                                                            "generator.", "methods/dpsd.md"),
     "pate": Declared("dpdistill.methods.pate", "PATE: an ensemble labels public images by noisy votes. A student "
                                                "learns from the answers.", "methods/pate.md"),
     "train-private": Declared("dpdistill.methods.dpsgd", "Train the student on the private data directly with DP.",

@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import typing
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
@@ -76,6 +77,11 @@ def out_option(help: str) -> Option:
 
 def resume_option(help: str = "continue the interrupted run in --out") -> Option:
     return Option("resume", bool, False, help, field=False)
+
+
+def preset_options(declared: dict[str, tuple[type, str]]) -> tuple[Option, ...]:
+    """Options (name: type, help) whose None means 'not given': the preset's value, or the method's default."""
+    return tuple(Option(name, kind | None, None, help, field=False) for name, (kind, help) in declared.items())
 
 
 def set_option(help: str) -> Option:
@@ -148,6 +154,9 @@ class CommandSpec:
         values = {option.name: option.default for option in self.options} | {
             name: value for name, value in given.items() if name in names}
         values[SETTINGS] = {name: value for name, value in given.items() if name not in names}
+        for option in self.options:  # a choice given as its word, as the command line takes it
+            if isinstance(option.annotation, type) and issubclass(option.annotation, Enum):
+                values[option.name] = _choice(option, values[option.name])
         missing = [option.flag() for option in self.options if values[option.name] is REQUIRED]
         if missing:
             raise ConfigError(f"{self.name} needs {missing[0]}")
@@ -184,6 +193,13 @@ class CommandSpec:
             lines.append(f"- any other field of {self._settable_words()}, as --set does")
         lines.append("- progress: True shows progress on stderr; a callable gets every progress record")
         return "\n".join(lines)
+
+
+def _choice(option: Option, value: Any) -> Enum:
+    choices = [member.value for member in option.annotation]
+    if value not in choices:
+        raise ConfigError(f"{option.flag()} must be one of {', '.join(choices)}, got {value!r}")
+    return option.annotation(value)
 
 
 def option_table(spec: CommandSpec) -> str:

@@ -15,7 +15,6 @@ from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.pate import PATE
 from dpdistill.methods.private_training import PrivateTrainingMethod
 from dpdistill.methods.release import PrivateRelease
-from dpdistill.methods.transcription import TranscriptionMethod
 
 METHODS: dict[str, Method] = {**TRANSCRIPTIONS, **{method.name: method for method in (
     PATE(), DPSGD(), DPDFDDirect(), DataLens(), DpMerf(), Federated(), DGD(), PrivateRelease())}}
@@ -28,10 +27,6 @@ def method_named(name: str, kind: type[Method] = Method) -> Method:
         where = f" (`dpdistill {METHODS[name].command}` runs it)" if name in METHODS else ""
         raise ConfigError(f"unknown method {name!r}{where}: choose one of {', '.join(choices)}")
     return METHODS[name]
-
-
-def transcription_method(name: str) -> TranscriptionMethod:
-    return method_named(name, TranscriptionMethod)
 
 
 def private_training_method(name: str) -> PrivateTrainingMethod:

@@ -6,17 +6,16 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from dpdistill.cli.declared import CommandsWithDeclared
-from dpdistill.cli.output import clear_errors, print_summary, progress_display, summary, warn
+from dpdistill.cli.output import clear_errors, progress_display, summary, warn
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
-from dpdistill.options import (ENSEMBLE_HELP, REPRODUCIBLE_NOISE_HELP, RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP,
-                               SEED_HELP)
+from dpdistill.options import OVERWRITE_OPTION, SEED_HELP
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
@@ -28,36 +27,14 @@ data_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
 app.add_typer(data_app, name="data")
 # Options several commands share, declared once
 SEED = typer.Option(0, help=SEED_HELP)
-REPRODUCIBLE_NOISE = typer.Option(False, show_default=False, help=REPRODUCIBLE_NOISE_HELP)
 DEVICE = typer.Option("cpu", help="cpu or cuda")
 ADAM_LR = typer.Option(1e-3, help="Adam's learning rate")
-OVERWRITE = typer.Option(False, "--overwrite", show_default=False,
-                         help="replace the run already in --out (its outputs are removed first)")
-ENSEMBLE = typer.Option(..., help=ENSEMBLE_HELP)
-RESUME_FROM_ANSWERS = typer.Option(False, help=RESUME_FROM_ANSWERS_HELP)
-SAMPLE_SOURCE = typer.Option(None, help=SAMPLE_SOURCE_HELP)
-
-
-class PrivacyModeOption(str, Enum):
-    data = "data"
-    label = "label"
-    none = "none"
+OVERWRITE = OVERWRITE_OPTION.parameter().default
 
 
 class DemoDataset(str, Enum):  # the data sets dpdistill.demo.SCALES sizes the demo for
     fmnist = "fmnist"
     digits = "digits"
-
-
-class AccountingOption(str, Enum):
-    sound = "sound"
-    paper = "paper"
-
-
-def _saved_config(out: Path, kind: Any) -> Any:
-    """The settings saved in `out`/config.json (`kind.from_dict`), which a --resume run continues with, or None."""
-    path = out / "config.json"
-    return kind.from_dict(json.loads(path.read_text())) if path.exists() else None
 
 
 @data_app.command("list")
@@ -137,75 +114,6 @@ def train_teacher_command(
     if total is not None:
         ReleaseLedger(out).set_total(total.epsilon, total.delta)
         summary.print(f"privacy budget of its releases: epsilon {total.epsilon:g} at delta {total.delta:g}")
-
-
-@app.command("transcribe")
-@clear_errors
-def transcribe_command(
-    teacher: Path = typer.Option(..., help="teacher directory (model.safetensors + meta.json), or an ensemble's "
-                                           "(ensemble.json + member-XXX/)"),
-    out: Path = typer.Option(..., help="output directory"),
-    method: str = typer.Option("dpsd", help="dpsd (seed 000), dpdfd (seed 002: data mode, no top-k) or srr (seed 001: "
-                                            "label mode, generator pretrained on the teacher: NO formal guarantee)"),
-    privacy: PrivacyModeOption = typer.Option(PrivacyModeOption.data, help="data, label, or none (no guarantee)"),
-    epsilon: Optional[float] = typer.Option(None, help="privacy budget (sound by default)"),
-    delta: Optional[float] = typer.Option(None, help="delta of (epsilon, delta)-DP [default 1e-5]"),
-    preset: Optional[str] = typer.Option(None, help="paper (seed settings), demo (small and fast), engine (the "
-                                                    "strongest data-free loop: NO guarantee), upper-bound (engine, "
-                                                    "600 iterations; default for --privacy none), pate (an "
-                                                    "ensemble answers every 25th iteration only), dp-teacher "
-                                                    "(the default for a teacher that is a DP release, without "
-                                                    "noise: free); combine: paper,engine"),
-    accounting: AccountingOption = typer.Option(AccountingOption.sound,
-                                                help="sound (dp-accounting) or paper (reproduce the papers' tables)"),
-    iterations: Optional[int] = typer.Option(None, help="T"),
-    batch_size: Optional[int] = typer.Option(None, help="b: synthetic samples per iteration"),
-    sigma: Optional[float] = typer.Option(None, help="data mode noise scale (std = sigma * beta); default: calibrated"),
-    beta: Optional[float] = typer.Option(None, help="data mode normalization bound"),
-    epsilon0: Optional[float] = typer.Option(None, help="label mode per-query RR epsilon; default: calibrated"),
-    top_k: Optional[int] = typer.Option(None, help="k of top-k (gradient entries / candidate labels)"),
-    gradient_op: Optional[str] = typer.Option(None, help="data mode: normalize (DPSD, DPDFD) or clip the output "
-                                                         "gradient to norm beta (DPDFD's C)"),
-    student_arch: Optional[str] = typer.Option(None),
-    student_lr: Optional[float] = typer.Option(None),
-    generator_lr: Optional[float] = typer.Option(None),
-    student_steps: Optional[int] = typer.Option(None),
-    distill_loss: Optional[str] = typer.Option(None, help="dkd or kd"),
-    latents: Optional[str] = typer.Option(None, help="trainable (DPSD) or fresh (new latent vectors each iteration)"),
-    class_balanced: Optional[bool] = typer.Option(None, help="weight the student's loss by inverse class frequency"),
-    discriminator: Optional[str] = typer.Option(None, help="student (DPSD, covered) or teacher (DPSD-T: NO guarantee)"),
-    dataset: Optional[str] = typer.Option(None, help="evaluation data set (default: the teacher's)"),
-    seed: Optional[int] = typer.Option(None, help="seeds initialisation and latent vectors, never the noise"),
-    reproducible_noise: bool = REPRODUCIBLE_NOISE,
-    device: Optional[str] = typer.Option(None, help="cpu or cuda"),
-    resume: bool = typer.Option(False, help="continue the interrupted run in --out"),
-    set_: list[str] = typer.Option([], "--set", help="any config knob, KEY=VALUE (repeatable), e.g. replay_size=20000"),
-    sample_source: Optional[Path] = SAMPLE_SOURCE,
-    overwrite: bool = OVERWRITE,
-) -> None:
-    """Convert a teacher into a private student and generator. Both are differentially private."""
-    from dpdistill.methods.config import TranscriptionConfig, build_config
-    from dpdistill.settings import parse_assignments
-    from dpdistill.methods.teachers import teacher_provenance
-    from dpdistill.pipeline import transcribe
-
-    config = build_config(
-        preset,
-        {"method": method, "iterations": iterations, "batch_size": batch_size, "top_k": top_k, "seed": seed,
-         "device": device, "student_arch": student_arch, "student_lr": student_lr, "generator_lr": generator_lr,
-         "student_steps": student_steps, "distill_loss": distill_loss, "latents": latents,
-         "class_balanced": class_balanced, "discriminator": discriminator, "gradient_operation": gradient_op,
-         "reproducible_noise": reproducible_noise or None,
-         "sample_source": None if sample_source is None else str(sample_source),
-         **parse_assignments(set_, TranscriptionConfig)},
-        {"mode": privacy.value, "epsilon": epsilon, "delta": delta, "accounting": accounting.value, "sigma": sigma,
-         "beta": beta, "epsilon0": epsilon0},
-        dp_teacher=not resume and teacher_provenance(teacher) is not None,
-    )
-    settings = (_saved_config(out, TranscriptionConfig) if resume else None) or config  # what the run completes
-    with progress_display(settings.iterations, f"{method} {privacy.value}") as update:
-        report = transcribe(teacher, config, out, dataset, resume, update, overwrite)
-    print_summary(report, out)
 
 
 @app.command("budget")

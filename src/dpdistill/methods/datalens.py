@@ -34,8 +34,8 @@ from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
-from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option, resume_option,
-                               set_option)
+from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
+                               preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import datalens_markdown
@@ -235,7 +235,7 @@ COMMAND = CommandSpec(
                                                "noisy release of class-wise mean embeddings", field=False),
              Option("preset", str | None, None, "datalens: paper, the official code's command (4,000 teachers)",
                     field=False),
-             *(Option(name, kind | None, None, help, field=False) for name, (kind, help) in PRESET_OPTIONS.items()),
+             *preset_options(PRESET_OPTIONS),
              Option("reproducible_noise", bool, False, REPRODUCIBLE_NOISE_HELP, show_default=False, field=False),
              resume_option(), set_option("any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
              OVERWRITE_OPTION),
