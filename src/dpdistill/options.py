@@ -206,6 +206,7 @@ def option_table(spec: CommandSpec) -> str:
     """The docs' markdown table of a command's options, generated so that it says what --help says."""
     rows = ["| option | default | what it does |", "|---|---|---|"]
     for option in spec.options:
-        default = "required" if option.default is REQUIRED else "" if option.default is None else f"`{option.default}`"
+        default = option.default.value if isinstance(option.default, Enum) else option.default
+        default = "required" if default is REQUIRED else "" if default in (None, []) else f"`{default}`"
         rows.append(f"| `{option.flag()}` | {default} | {option.help.replace('|', '/')} |")
     return "\n".join(rows)
