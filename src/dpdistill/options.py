@@ -1,9 +1,9 @@
 """One declaration per setting, from which the command line, the Python API and the docs are generated.
 
 A configuration dataclass declares each setting once: its type and default as the field's, its help text (and
-where needed its bounds or flag) in `setting(...)`. A `CommandSpec` beside the method names which of those fields
+where needed its lower bound) in `setting(...)`. A `CommandSpec` beside the method names which of those fields
 its command offers, the few options that are the command's own (--out, --resume, ...), and how a run is made from
-their values. From it come the command's options and --help (cli/main.py), the API function's keyword arguments
+their values. From it come the command's options and --help (cli/declared.py), the API function's keyword arguments
 and docstring (api.py) and the docs' option table (`option_table`), so none of them can drift from the
 configuration, and validation happens once, in the configuration's own checks, before any work.
 
@@ -25,7 +25,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.progress import Progress
 from dpdistill.settings import parse_assignments
 
-HELP, FLAGS, MIN, SHOW_DEFAULT = "help", "flags", "min", "show_default"
+HELP, MIN, SHOW_DEFAULT = "help", "min", "show_default"
 REQUIRED = ...  # a setting the caller must give
 SETTINGS = "settings"  # where `CommandSpec.values` keeps the settable fields given beyond the options
 # help texts several configurations share
@@ -37,12 +37,11 @@ RESUME_FROM_ANSWERS_HELP = ("continue the interrupted run in --out from its rele
                             "settings (other options are then ignored)")
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, flags: tuple[str, ...] = (),
-            min: float | None = None, show_default: bool = True) -> Any:
-    """A configuration field with what its option shows: `help`, the option's `flags` where they are not
-    --field-name, its lower bound `min`, and whether --help prints its default."""
-    return dataclasses.field(default=default, metadata={HELP: help, FLAGS: flags, MIN: min,
-                                                        SHOW_DEFAULT: show_default})
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, min: float | None = None,
+            show_default: bool = True) -> Any:
+    """A configuration field with what its option shows: `help`, its lower bound `min`, and whether --help prints
+    its default."""
+    return dataclasses.field(default=default, metadata={HELP: help, MIN: min, SHOW_DEFAULT: show_default})
 
 
 @dataclass(frozen=True)
@@ -93,20 +92,19 @@ OVERWRITE_OPTION = Option("overwrite", bool, False, "replace the run already in 
                           "first)", flags=("--overwrite",), show_default=False, field=False)
 
 
-def field_options(config_type: type, names: tuple[str, ...], **overrides: dict[str, Any]) -> tuple[Option, ...]:
-    """The options of `config_type`'s fields `names`, as declared there; `overrides` (by name) change what the
-    command line shows where it differs from the field (a required data set)."""
+def field_options(config_type: type, names: tuple[str, ...]) -> tuple[Option, ...]:
+    """The options of `config_type`'s fields `names`, as declared there."""
     hints = typing.get_type_hints(config_type)
     fields = {field.name: field for field in dataclasses.fields(config_type)}
-    unknown = [name for name in (*names, *overrides) if name not in fields]
+    unknown = [name for name in names if name not in fields]
     if unknown:
         raise TypeError(f"{config_type.__name__} has no field {unknown[0]!r}")
     options = []
     for name in names:
         field, metadata = fields[name], fields[name].metadata
         default = REQUIRED if field.default is dataclasses.MISSING else field.default
-        options.append(Option(name, hints[name], default, metadata.get(HELP, ""), metadata.get(FLAGS, ()),
-                              metadata.get(MIN), metadata.get(SHOW_DEFAULT, True), **overrides.get(name, {})))
+        options.append(Option(name, hints[name], default, metadata.get(HELP, ""), min=metadata.get(MIN),
+                              show_default=metadata.get(SHOW_DEFAULT, True)))
     return tuple(options)
 
 

@@ -181,8 +181,8 @@ def synthesize(config: Any, out_dir: Path, resume: bool = False, progress: Progr
                overwrite: bool = False) -> dict[str, Any]:
     """A labelled private synthetic set (DataLens, or DP-MERF: methods/dpmerf.py; the method the config is for).
     With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
-    return execute(synthesis_method(saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens")),
-                   Source(), config, out_dir, resume, overwrite, progress)
+    name = saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens")
+    return execute(synthesis_method(name), Source(), config, out_dir, resume, overwrite, progress)
 
 
 def saved_synthesis_method(out_dir: Path) -> str:

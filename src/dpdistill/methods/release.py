@@ -179,7 +179,8 @@ def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
         return None if saved is None else saved[1]
     given = values.get(SETTINGS, {})
     teacher = {**parse_assignments(values["teacher_set"], PrivateTrainingConfig),
-               **{name[len(TEACHER_PREFIX):]: value for name, value in given.items() if name.startswith(TEACHER_PREFIX)}}
+               **{name.removeprefix(TEACHER_PREFIX): value for name, value in given.items()
+                  if name.startswith(TEACHER_PREFIX)}}
     transcription = {**parse_assignments(values["set_"], TranscriptionConfig),
                      **{name: value for name, value in given.items() if not name.startswith(TEACHER_PREFIX)},
                      **({} if values["iterations"] is None else {"iterations": values["iterations"]})}
