@@ -32,6 +32,9 @@ class DPSGD(PrivateTrainingMethod):
     covers = "the student (DP-SGD: every update is a clipped, noised per-example gradient)"
 
 
+PRIVATE_TRAINERS: dict[str, PrivateTrainingMethod] = {method.name: method for method in (DPSGD(), DPDFDDirect())}
+
+
 def _configure(values: dict[str, Any]) -> PrivateTrainingConfig | None:
     """A fresh run's settings from the options; a resumed run's saved ones (None: nothing saved, which the run
     then says)."""
@@ -47,8 +50,7 @@ def train_private(config: PrivateTrainingConfig | None, out_dir: Path, resume: b
     is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
     saved = saved_config(out_dir) if resume and out_dir.is_dir() else None
     name = (saved or {}).get("method") or (config.method if config is not None else "dpsgd")
-    trainer = {"dpsgd": DPSGD, "dpdfd-direct": DPDFDDirect}[name]
-    return execute(trainer(), Source(), None if resume else config, out_dir, resume, overwrite, progress)
+    return execute(PRIVATE_TRAINERS[name], Source(), None if resume else config, out_dir, resume, overwrite, progress)
 
 
 COMMAND = CommandSpec(
