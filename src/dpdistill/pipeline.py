@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dpdistill.federated.method import default_owners, run_federated as federated
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.methods.datalens import synthesize
+from dpdistill.methods.datalens import run_synthesis as synthesize
 from dpdistill.methods.dgd import run_dgd as dgd
 from dpdistill.methods.dpsd_family import transcribe
 from dpdistill.methods.dpsgd import train_private

@@ -141,7 +141,7 @@ MERF_BASE = ("--method", "dp-merf")
     (MERF_BASE, ("--set", "embedding=pixels"), "distinct parts"),
     (MERF_BASE, ("--set", "teachers=3"), "cannot set"),
     (MERF_BASE, ("--synthetic-size", "5"), "gives some of the 10 classes no image"),
-    (("--method", "dpsgd"), (), "train-private"),
+    (("--method", "dpsgd"), (), "lists every method and the command that runs it"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(tmp_path: Path, base, extra, message):
     out = tmp_path / "run"

@@ -173,12 +173,13 @@ SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method 
 
 def synthesis_method(name: str) -> SynthesisMethod:
     if name not in SYNTHESIS_METHODS:
-        raise ConfigError(f"unknown method {name!r}: choose one of {', '.join(SYNTHESIS_METHODS)}")
+        raise ConfigError(f"unknown method {name!r}: `synthesize` runs {', '.join(SYNTHESIS_METHODS)} "
+                          f"(`dpdistill.methods()` lists every method and the command that runs it)")
     return SYNTHESIS_METHODS[name]
 
 
-def synthesize(config: Any, out_dir: Path, resume: bool = False, progress: Progress | None = None,
-               overwrite: bool = False) -> dict[str, Any]:
+def run_synthesis(config: Any, out_dir: Path, resume: bool = False, progress: Progress | None = None,
+                  overwrite: bool = False) -> dict[str, Any]:
     """A labelled private synthetic set (DataLens, or DP-MERF: methods/dpmerf.py; the method the config is for).
     With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
     name = saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens")
@@ -240,6 +241,6 @@ COMMAND = CommandSpec(
              resume_option(), set_option("any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
              OVERWRITE_OPTION),
     configure=_configure,
-    run=lambda values, config, progress: synthesize(None if values["resume"] else config, Path(values["out"]),
-                                                    values["resume"], progress, values["overwrite"]),
+    run=lambda values, config, progress: run_synthesis(None if values["resume"] else config, Path(values["out"]),
+                                                       values["resume"], progress, values["overwrite"]),
     progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig))
