@@ -31,7 +31,8 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.progress import Progress, announce_start
-from dpdistill.reporting.report import job_markdown, write_json, write_report
+from dpdistill.reporting.jobs import job_markdown
+from dpdistill.reporting.report import write_json, write_report
 from dpdistill.runs import ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, write_config
 from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig, load_encoder, train_classifier, train_heads
 

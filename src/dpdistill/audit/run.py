@@ -38,8 +38,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import load_saved
 from dpdistill.methods.synthetic import SYNTHETIC_FILE
 from dpdistill.progress import Progress, announce_start
-from dpdistill.reporting.report import (PRIVATE_DIR, audit_markdown, is_covered, save_image_grid,
-                                        save_score_histogram)
+from dpdistill.reporting.audit import audit_markdown, save_score_histogram
+from dpdistill.reporting.report import PRIVATE_DIR, is_covered, save_image_grid
 from dpdistill.runs import claim_out_dir, exclusive
 from dpdistill.training.teacher import TeacherConfig
 

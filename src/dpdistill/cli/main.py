@@ -307,7 +307,7 @@ def audit_command(
 ) -> None:
     """Audit a route: an epsilon lower bound from canaries."""
     from dpdistill.audit.run import AuditConfig, run_audit
-    from dpdistill.reporting.report import audit_claim
+    from dpdistill.reporting.audit import audit_claim
 
     config = AuditConfig(dataset=dataset, method=method, canaries=canaries, epsilon=epsilon, delta=delta,
                          student_arch=student_arch, epochs=epochs, teachers=teachers, teacher_arch=teacher_arch,

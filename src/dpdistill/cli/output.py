@@ -74,7 +74,7 @@ def print_summary(report: dict, out: Path) -> None:
     """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
     the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
     from dpdistill.privacy.provenance import Provenance
-    from dpdistill.reporting.report import privacy_mode_words
+    from dpdistill.reporting.transcription import privacy_mode_words
 
     privacy, accuracy = report["privacy"], report["accuracy"]
     mode = [privacy_mode_words(report)] if "privacy_mode" in report else []

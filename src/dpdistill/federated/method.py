@@ -57,7 +57,7 @@ from dpdistill.options import (OVERWRITE_OPTION, CommandSpec, Option, field_opti
 from dpdistill.privacy.ledger import Budget, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import federated_markdown
+from dpdistill.reporting.federated import federated_markdown
 from dpdistill.runs import claim_out_dir, release_state, saved_config
 
 PLAN_FILE, QUERIES_FILE, ROUNDS_DIR = "plan.json", "queries.safetensors", "rounds"

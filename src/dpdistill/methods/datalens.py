@@ -38,7 +38,7 @@ from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, Comman
                                preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import datalens_markdown
+from dpdistill.reporting.synthesis import datalens_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.datalens import DataLensConfig, DataLensTrainer, plan_datalens
 from dpdistill.training.mean_embedding import MeanEmbeddingConfig

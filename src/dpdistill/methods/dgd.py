@@ -46,7 +46,8 @@ from dpdistill.options import (ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSW
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import dgd_markdown, save_image_grid
+from dpdistill.reporting.pate import dgd_markdown
+from dpdistill.reporting.report import save_image_grid
 from dpdistill.runs import release_state
 from dpdistill.settings import parse_assignments
 from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator

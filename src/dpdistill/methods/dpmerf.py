@@ -27,7 +27,7 @@ from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import mean_embedding_markdown
+from dpdistill.reporting.synthesis import mean_embedding_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.mean_embedding import (MeanEmbeddingConfig, MeanEmbeddingSynthesizer,
                                                plan_mean_embedding)

@@ -54,7 +54,7 @@ from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import pate_markdown
+from dpdistill.reporting.pate import pate_markdown
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.semi_supervised import ConsistencyConfig, manifold_triples, train_consistency
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier

@@ -14,7 +14,8 @@ from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import UncoveredRead, reproducible_noise_read
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import PRIVATE_DIR, private_training_markdown
+from dpdistill.reporting.private_training import private_training_markdown
+from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, declared_train_size,
                                        plan_private_training, selection_note)

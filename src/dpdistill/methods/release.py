@@ -30,7 +30,7 @@ from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpe
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import release_markdown
+from dpdistill.reporting.transcription import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
 from dpdistill.training.private import (PrivateTrainingConfig, declared_train_size, plan_private_training,

@@ -29,7 +29,8 @@ from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
 from dpdistill.progress import Progress
-from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve, transcription_markdown
+from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve
+from dpdistill.reporting.transcription import transcription_markdown
 from dpdistill.runs import saved_config
 
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
