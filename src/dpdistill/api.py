@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from torch import nn
 
-from dpdistill import jobs, pipeline
+from dpdistill import jobs
 from dpdistill.commands import DECLARED
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
