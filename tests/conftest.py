@@ -19,8 +19,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
-    """Two threads on the machine's two cores; one each where pytest-xdist runs two workers side by side."""
-    torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+    """Two threads on the machine's two cores; one each where pytest-xdist runs two workers side by side, in the
+    worker and in the processes it starts (the CLI, the benchmark harness, Flower's): two workers of two threads each
+    would contend for the two cores, and torch's threads spin while they wait (runs take several times as long)."""
+    threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
 @pytest.fixture(scope="session", autouse=True)

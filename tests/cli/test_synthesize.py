@@ -91,7 +91,7 @@ MERF_TINY = ("--method", "dp-merf", "--dataset", "digits", "--synthetic-size", "
              "--set", "rff_features=256", "--set", "batch_per_class=10", "--set", "student_epochs=20")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not the module's: the slow test that reads it runs first, the others later
 def merf_synthesized(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dpmerf") / "run"
     result = invoke("synthesize", *MERF_TINY, "--epsilon", "1000", "--out", out)

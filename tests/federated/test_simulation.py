@@ -27,10 +27,10 @@ SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_ow
                 teacher_min_steps=100, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def owners(tmp_path_factory) -> Path:
     """The five owners and their teachers, trained once for the module's tests (whichever runs first, on whichever
-    worker)."""
+    worker; kept for the session, as another module's test may run between two of them)."""
     directory = tmp_path_factory.mktemp("federation") / "owners"
     prepare_owners(directory, FederatedConfig(**{"epsilon": 30.0, **SETTINGS}))
     return directory

@@ -83,6 +83,22 @@ def test_calibration_finds_the_same_noise_from_below_and_from_above(start):
     assert expected <= query.noise_multiplier <= expected * (1 + 1e-4)
 
 
+@pytest.mark.parametrize("guess", [1e-3, 0.99, 1.0, 1.003, 40.0, 1e4])  # times the answer
+def test_a_guess_moves_where_the_search_starts_never_its_answer(guess):
+    asked = []
+
+    def cost(query: GaussianQuery, count: int) -> float:
+        asked.append(query.noise_multiplier)
+        return composed_epsilon(query, count, DELTA)
+
+    plain = calibrate(GaussianQuery, 1000, 1.0, DELTA)  # from 1.0 on the grid 1.0001^n
+    guided = calibrate(GaussianQuery, 1000, 1.0, DELTA, guess=guess * plain.noise_multiplier, cost=cost)
+    assert guided == plain  # the same grid point: the least noise on the grid that fits
+    assert composed_epsilon(GaussianQuery(plain.noise_multiplier / 1.0001), 1000, DELTA) > 1.0
+    if 0.99 <= guess <= 1.003:  # within 101 grid points: the guess, then a gallop and a bisection of 8 at most each
+        assert len(asked) <= 17  # (from 1.0: 32)
+
+
 def test_calibration_refuses_noise_beyond_a_million_times_its_start():
     with pytest.raises(PrivacyParameterError, match="no noise up to"):
         calibrate(GaussianQuery, PAPER_QUERIES, 1.0, DELTA, start=1e-4)  # 844 is needed

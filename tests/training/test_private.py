@@ -24,8 +24,9 @@ from dpdistill.training.annotation import DistillationGradient
 from dpdistill.jobs import evaluate
 from dpdistill.pipeline import train_private
 from dpdistill.runs import exclusive
-from dpdistill.privacy.accounting import GaussianQuery, SampledReleaseQuery, composed_epsilon, dpsgd_epsilon
-from dpdistill.training.private import PrivateTrainingConfig, label_logits, plan_private_training
+from dpdistill.privacy.accounting import (GaussianQuery, SampledGaussianQuery, SampledReleaseQuery, calibrate,
+                                          composed_epsilon, dpsgd_epsilon)
+from dpdistill.training.private import PrivateTrainingConfig, calibrate_dpsgd, label_logits, plan_private_training
 
 from helpers import gdp_delta
 
@@ -70,6 +71,17 @@ def test_private_dpsgd_calibration_spends_the_budget_and_no_more():
     assert query.discretization == 1e-4  # searched on a coarse PLD, stated on the fine one
     assert 9.9 < composed_epsilon(query, 230, DELTA) <= 10.0
     assert dpsgd_epsilon(query.noise_multiplier / 1.003, 1 / 23, 230, DELTA) > 10.0  # within 0.3% of the optimum
+
+
+def test_private_dpsgd_calibration_from_a_rough_guess_is_the_plain_searchs_grid_point():
+    """The rough PLD only says where to start: the answer is the grid point a search from 1.0 on the coarse PLD finds,
+    the least noise on the grid that fits (the same held for 36 plans of both relations, 23 to 1000 steps and
+    epsilon 1 to 100)."""
+    coarse = lambda z: SampledGaussianQuery(z, 1 / 23, 1e-3, "replace-one")  # noqa: E731
+    plain = calibrate(coarse, 23, 1.0, DELTA, tolerance=1e-3)
+    assert calibrate_dpsgd(1 / 23, 23, 1.0, DELTA, "replace-one").noise_multiplier == plain.noise_multiplier
+    less = coarse(plain.noise_multiplier / 1.001)  # the grid point below
+    assert composed_epsilon(plain, 23, DELTA) <= 1.0 < composed_epsilon(less, 23, DELTA)
 
 
 def test_private_release_accounting_is_the_gaussian_mixture_over_participations():

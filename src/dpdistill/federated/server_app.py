@@ -223,9 +223,10 @@ class FederationStopped(Exception):
 class Rounds:
     """A run's secure-aggregation rounds, each journaled before the next is asked (PATE's and FedDPSD's alike).
 
-    Each round is asked of the owners that answer a roll call just before it. Fewer owners than the threshold at a
-    roll call, or in a round's masked upload, stop the run (`FederationStopped`): nothing of that round was
-    revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never exchanged
+    Each round is asked of the owners that answered the last roll call: the one that formed the federation for the
+    first round asked, one just before it for each later round (a roll call is a message to every owner and back,
+    seconds on a deployment). Fewer owners than the threshold at a roll call, or in a round's masked upload, stop
+    the run (`FederationStopped`): nothing of that round was revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never exchanged
     keys) is journaled as lost: a curious server could still unmask the sum of the owners that completed it, at
     least the threshold's noise shares, so it counts as spent and is never asked again. A round already in the
     journal (a restarted server) is read back, never asked twice."""
@@ -237,13 +238,16 @@ class Rounds:
             self.nodes = owner_nodes(grid, plan.owners, plan.stage_timeout)
         except RuntimeError as error:
             raise FederationStopped(-1, str(error)) from error
+        self.called = True  # owner_nodes' roll call stands for the first round asked
 
     def ask(self, index: int, arrays: list[np.ndarray]) -> tuple[Tensor, int] | None:
         """Round `index`'s released sum and its contributors; None for a lost round."""
         if self.journal.done(index):
             return self.journal.read(index)
         plan = self.plan
-        self.nodes = sorted(owner_names(self.grid, self.nodes, plan.stage_timeout))
+        if not self.called:
+            self.nodes = sorted(owner_names(self.grid, self.nodes, plan.stage_timeout))
+        self.called = False
         if len(self.nodes) < self.threshold:
             raise FederationStopped(index, f"{len(self.nodes)} of {plan.owners} data owners answered the roll call; "
                                            f"the noise shares were sized for at least {self.threshold}")

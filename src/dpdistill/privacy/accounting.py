@@ -31,6 +31,7 @@ epsilon is an upper bound. An RDP figure is reported beside each as a cross-chec
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -398,8 +399,10 @@ def validate_epsilon(epsilon: float) -> None:
         raise PrivacyParameterError(f"epsilon must be positive and finite, got {epsilon}")
 
 
+@functools.lru_cache(maxsize=4096)
 def composed_epsilon(query: QuerySpec, count: int, delta: float) -> float:
-    """Sound (eps, delta) of `count` answers of `query`."""
+    """Sound (eps, delta) of `count` answers of `query`. Kept per (query, count, delta), which fix it: a PLD figure
+    takes up to seconds, and a run asks for the same one when it plans, reports and records its release."""
     validate_delta(delta)
     if count <= 0:
         return 0.0
@@ -483,30 +486,33 @@ def own_cost(delta: float) -> Cost:
 
 
 def calibrate(query_of: Callable[[float], Q], count: int, epsilon: float, delta: float, start: float = 1.0,
-              tolerance: float = 1e-4, cost: Cost | None = None) -> Q:
+              tolerance: float = 1e-4, cost: Cost | None = None, guess: float | None = None) -> Q:
     """The query with the least noise whose `count` answers stay within (epsilon, delta): one search for every
     mechanism, so each is calibrated the same way and on the safe side.
 
     `query_of` maps a noise parameter (larger: more noise, a smaller epsilon) to a query: a noise multiplier or
-    sigma itself, or 1 / eps0 for randomized response. The answer lies on the grid start * (1 + tolerance)^n, so it
-    is within a factor 1 + tolerance of the least noise that fits, never below it. The search gallops from `start`
-    in whichever direction is needed and then bisects, so it evaluates the (sometimes costly) composed epsilon
-    only near the answer; a `start` close to it (the figure of a similar mechanism that is cheap to account)
-    leaves two or three evaluations. `cost` measures what the answers spend (default: their own epsilon).
+    sigma itself, or 1 / eps0 for randomized response. The answer lies on the grid start * (1 + tolerance)^n
+    (within a factor of a million of `start`), so it is within a factor 1 + tolerance of the least noise that fits,
+    never below it. The search gallops from the grid point nearest `guess` (default: `start`) in whichever direction is
+    needed and then bisects, so it evaluates the (sometimes costly) composed epsilon only near the answer; a guess
+    close to it (the figure of a similar mechanism that is cheap to account) leaves two or three evaluations and
+    the same answer, as the grid does not move with it. `cost` measures what the answers spend (default: their
+    own epsilon).
     """
     validate_epsilon(epsilon)
     validate_delta(delta)
     ratio = 1 + tolerance
     limit = int(math.log(1e6) / math.log(ratio))  # search at most a factor of a million either way
     spent = cost or own_cost(delta)
+    origin = 0 if guess is None else min(max(round(math.log(guess / start) / math.log(ratio)), -limit), limit)
 
     def fits(steps: int) -> bool:
         return spent(query_of(start * ratio**steps), count) <= epsilon
 
-    if fits(0):
-        steps = -_largest_true_int(lambda down: fits(-down), limit)
+    if fits(origin):
+        steps = origin - _largest_true_int(lambda down: fits(origin - down), origin + limit)
     else:
-        steps = _largest_true_int(lambda up: not fits(up), limit) + 1
+        steps = origin + _largest_true_int(lambda up: not fits(origin + up), limit - origin) + 1
         if steps > limit:
             raise PrivacyParameterError(f"no noise up to {start * ratio**limit:.3g} fits epsilon={epsilon} over "
                                         f"{count} queries")

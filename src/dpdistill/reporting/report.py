@@ -61,23 +61,24 @@ def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
 
 
 def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
-    """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels."""
-    images = ((images.detach().cpu().float().clamp(-1, 1) + 1) / 2)
-    count = len(images)
+    """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels: one mosaic on one axes (an axes per
+    image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
+    pictures = ((images.detach().cpu().float().clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
+    count, height, width, channels = pictures.shape
     rows = max(1, math.ceil(count / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(columns * 0.6, rows * 0.6 + (0.2 if labels else 0)))
-    for index, axis in enumerate(axes.flat if hasattr(axes, "flat") else [axes]):
-        axis.axis("off")
-        if index >= count:
-            continue
-        picture = images[index]
-        if picture.shape[0] == 1:
-            axis.imshow(picture[0].numpy(), cmap="gray", vmin=0, vmax=1)
-        else:
-            axis.imshow(picture.permute(1, 2, 0).numpy())
-        if labels is not None:
-            axis.set_title(str(labels[index]), fontsize=6, pad=1)
-    figure.tight_layout(pad=0.1)
+    gap, title = max(1, height // 8), (height // 2 if labels is not None else 0)  # pixels beside and above a tile
+    cell_height, cell_width = title + height + gap, width + gap
+    mosaic = np.ones((rows * cell_height, columns * cell_width, channels), dtype=np.float32)  # white between tiles
+    for index, picture in enumerate(pictures):
+        top, left = index // columns * cell_height + title, index % columns * cell_width
+        mosaic[top:top + height, left:left + width] = picture
+    figure = plt.figure(figsize=(columns * 0.6, columns * 0.6 * mosaic.shape[0] / mosaic.shape[1]))
+    axis = figure.add_axes((0, 0, 1, 1))
+    axis.axis("off")
+    axis.imshow(mosaic[..., 0] if channels == 1 else mosaic, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    for index, label in enumerate(labels[:count] if labels is not None else []):
+        axis.text(index % columns * cell_width + (width - 1) / 2, index // columns * cell_height + (title - 1) / 2,
+                  str(label), fontsize=6, ha="center", va="center")
     figure.savefig(path, dpi=120)
     plt.close(figure)
 

@@ -41,7 +41,7 @@ import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -279,9 +279,7 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
     if config.method == "dpsgd":
         relation = config.relation
         query = (SampledGaussianQuery(config.sigma, sample_rate, relation=relation) if config.sigma is not None
-                 else dataclasses.replace(calibrate(  # searched on a coarse PLD (10x faster), stated on the fine one
-                     lambda z: SampledGaussianQuery(z, sample_rate, 1e-3, relation), steps, config.epsilon,
-                     config.delta, tolerance=1e-3), discretization=SampledGaussianQuery.discretization))
+                 else calibrate_dpsgd(sample_rate, steps, config.epsilon, config.delta, relation))
     else:  # answers of norm <= beta differ by <= 2 beta and get noise sigma * beta: multiplier sigma / 2
         relation = REPLACE_ONE
         query = (SampledReleaseQuery(config.sigma / 2, sample_rate) if config.sigma is not None
@@ -293,6 +291,21 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
             f"{spent:.4g} > budget {config.epsilon}: raise --sigma, lower --epochs, or leave --sigma unset to "
             f"calibrate the noise to the budget")
     return PrivatePlan(query, steps_per_epoch, steps, relation, train_size)
+
+
+def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float,
+                    relation: str) -> SampledGaussianQuery:
+    """The least noise on the grid 1.001^n whose `steps` DP-SGD steps fit (epsilon, delta), searched on a coarse PLD
+    (10x faster than the stated one, and pessimistic, so the stated figure fits too) from where a rough PLD (another
+    4x faster) puts it: the rough search usually lands within a few grid points, which leaves the coarse one two to
+    five evaluations instead of about twenty from 1.0, and the same grid point."""
+
+    def on(discretization: float) -> Callable[[float], SampledGaussianQuery]:
+        return lambda z: SampledGaussianQuery(z, sample_rate, discretization, relation)
+
+    rough = calibrate(on(1e-2), steps, epsilon, delta, tolerance=1e-3)
+    coarse = calibrate(on(1e-3), steps, epsilon, delta, tolerance=1e-3, guess=rough.noise_multiplier)
+    return dataclasses.replace(coarse, discretization=SampledGaussianQuery.discretization)
 
 
 def opacus_sampling(train_size: int, batch_size: int) -> tuple[float, int]:
