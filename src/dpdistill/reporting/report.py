@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from dpdistill.atomic import write_atomically  # noqa: E402
