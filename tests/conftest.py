@@ -12,8 +12,8 @@ from helpers import TeacherReads, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The runs that train (marked slow) first, in their order: with two workers the short tests then fill the
-    gaps at the end instead of one long run starting last."""
+    """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
+    pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
