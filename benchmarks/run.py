@@ -110,7 +110,7 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
     runs: list[Run] = []
     for dataset in datasets:
         runs.append(Run(f"teacher-{dataset}", "teacher", dataset, ("--epochs", "5"), command="train-teacher",
-                        quick_args=("--epochs", "1")))
+                        quick_args=("--epochs", "1", "--min-steps", "10")))  # digits: 12 steps, not the default 300
         runs.append(Run(f"upper-bound-{dataset}", "upper bound (no privacy)", dataset, ("--privacy", "none"),
                         headline_seeds, quick_args=QUICK))
         # The teachers' own architecture as the student: how much of the gap to the teacher is the student's.

@@ -1,14 +1,17 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
-of IDX files, and a sample source as `dpdistill synthesize` writes it."""
+of IDX files, a sample source as `dpdistill synthesize` writes it, and costly fixtures built once for all workers."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -156,3 +159,24 @@ def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_mul
               "privacy": {key: value for key, value in section.items() if value is not None}}
     (directory / "report.json").write_text(json.dumps(report))
     return directory
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """A copy of what `build(directory)` writes, built once per test run: under pytest-xdist the first worker to ask
+    builds it while the others wait, and each worker gets its own copy, so a test that writes into it (a ledger, a
+    damaged teacher) leaves the other workers' alone."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        directory = tmp_path_factory.mktemp(name) / name
+        build(directory)
+        return directory
+    shared = tmp_path_factory.getbasetemp().parent / "built-once"  # the run's folder, above each worker's own
+    shared.mkdir(exist_ok=True)
+    built = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            partial = shared / f"{name}.partial"  # a worker that failed half-way leaves no finished copy
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            partial.rename(built)
+    return Path(shutil.copytree(built, tmp_path_factory.mktemp(name) / name))

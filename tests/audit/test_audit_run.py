@@ -81,7 +81,8 @@ def test_pate_keeps_the_canaries_in_its_members_partitions_under_its_guarantee(t
 @pytest.mark.slow
 def test_a_synthetic_set_is_scored_too_with_the_confidence_split(tmp_path: Path):
     report = run_audit(AuditConfig("digits", method="dp-merf", epsilon=1.0, canaries=200, inversion=False,
-                                   settings=("rff_features=64", "synthetic_size=200", "steps=50")), tmp_path)
+                                   settings=("rff_features=64", "synthetic_size=200", "steps=10")),  # any generator
+                       tmp_path)
     assert set(report["scorers"]) == {"student", "samples"}
     assert report["audit"]["confidence"] == 0.95 and report["privacy"]["formal_guarantee"]
     assert report["audit"]["epsilon_lower_bound"] <= 1.0 and "inversion" not in report  # measured 0

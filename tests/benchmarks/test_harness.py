@@ -28,7 +28,7 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     assert harness.main(argv) == 0
     rows = {row["run"]: row for row in json.loads((tmp_path / "bench" / "results.json").read_text())}
     assert set(rows) == {"teacher-digits", "upper-bound-digits", "dpsd-label-eps1-digits"}
-    assert rows["teacher-digits"]["accuracy_mean"] > 50
+    assert rows["teacher-digits"]["accuracy_mean"] > 50  # 12 steps in the quick pass: 81% (seed 0), 70% (1 and 2)
     label = rows["dpsd-label-eps1-digits"]
     assert 0.99 < label["epsilon"] <= 1.0 and label["peak_rss_mb"] > 50 and label["wall_seconds"] > 0
     # the fractions are the run's own measured phases, the evaluation left out

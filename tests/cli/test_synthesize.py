@@ -19,6 +19,7 @@ from dpdistill.models.checkpoint import load_conditional_generator
 from dpdistill.data.sample_source import load_sample_source
 from dpdistill.privacy.ledger import event_from_json
 from dpdistill.privacy.accounting import rdp_epsilon
+from helpers import built_once
 
 runner = CliRunner()
 TINY = ("--dataset", "digits", "--teachers", "10", "--top-k", "16", "--synthetic-size", "600",
@@ -93,10 +94,11 @@ MERF_TINY = ("--method", "dp-merf", "--dataset", "digits", "--synthetic-size", "
 
 @pytest.fixture(scope="session")  # not the module's: the slow test that reads it runs first, the others later
 def merf_synthesized(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dpmerf") / "run"
-    result = invoke("synthesize", *MERF_TINY, "--epsilon", "1000", "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
+    def run(out: Path) -> None:
+        result = invoke("synthesize", *MERF_TINY, "--epsilon", "1000", "--out", out)
+        assert result.exit_code == 0, result.output
+
+    return built_once(tmp_path_factory, "dpmerf", run)  # by whichever worker asks first
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import torch
 from dpdistill.errors import ConfigError
 from dpdistill.federated.answers import bounded_gradients, owner_answer
 from dpdistill.federated.config import FederatedConfig
-from dpdistill.federated.owners import owner_directory
+from dpdistill.federated.owners import owner_directory, prepare_owners
 from dpdistill.federated.protocol import GRID_STEPS, AnswerRejected, GradientAnswer, RunTerms, Wire
 from dpdistill.federated.transcription import OwnersAnnotator
 from dpdistill.federated.method import FederationError, ServerPlan
@@ -111,24 +111,25 @@ SETTINGS = dict(dataset="digits", clients=3, method="dpsd", teacher_epochs=2, it
 
 @pytest.mark.slow
 def test_feddpsd_runs_on_the_simulation_stops_cleanly_when_an_owner_fails_and_resumes(tmp_path: Path):
+    """Two simulations (each starts Ray, most of its time): the first stops at its first round, the resumed one
+    runs every round, as a run that never stopped does."""
     owners = tmp_path / "owners"
-    report = federated(FederatedConfig(epsilon=10.0, **SETTINGS), tmp_path / "run", owners)
-    assert report["federation"]["contributors"] == [3] * 4 and report["federation"]["lost_rounds"] == []
-    assert report["privacy"]["epsilon"] <= 10.0 and report["privacy"]["queries"] == 4 * 32
-    assert (tmp_path / "run" / "generator.safetensors").exists() and report["history"][-1]["iteration"] == 4
-    assert not (tmp_path / "run" / "private" / "resume").exists()  # raw sums and checkpoints go with the run
-
-    weights = owner_directory(owners, 1) / "member-000" / "model.safetensors"  # owner 1 now answers NaN
+    prepare_owners(owners, FederatedConfig(epsilon=10.0, **SETTINGS))
+    weights = owner_directory(owners, 1) / "member-000" / "model.safetensors"  # owner 1 answers NaN
     kept = weights.with_suffix(".kept")
     shutil.copyfile(weights, kept)
     save_file({name: torch.full_like(value, float("nan")) if value.is_floating_point() else value
                for name, value in load_file(weights).items()}, weights)
-    out = tmp_path / "stopped"
+    out = tmp_path / "run"
     with pytest.raises(FederationError, match="stopped at round 1 of 4"):
         federated(FederatedConfig(epsilon=10.0, **SETTINGS), out, owners)
     assert not list((out / "private").rglob("round-*.safetensors"))  # nothing of the failed round released
     assert json.loads((owners / "ledger.json").read_text())["entries"][-1]["status"] == "reserved"
     shutil.copyfile(kept, weights)  # the owner repairs its teacher
-    resumed = federated(None, out, resume=True)
-    assert resumed["federation"]["contributors"] == [3] * 4 and resumed["resumed"] is True
+    report = federated(None, out, resume=True)
+    assert report["federation"]["contributors"] == [3] * 4 and report["federation"]["lost_rounds"] == []
+    assert report["resumed"] is True
+    assert report["privacy"]["epsilon"] <= 10.0 and report["privacy"]["queries"] == 4 * 32
+    assert (out / "generator.safetensors").exists() and report["history"][-1]["iteration"] == 4
+    assert not (out / "private" / "resume").exists()  # raw sums and checkpoints go with the run
     assert json.loads((owners / "ledger.json").read_text())["entries"][-1]["status"] == "spent"

@@ -21,6 +21,7 @@ from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.ensemble import plurality_counts
 from dpdistill.pipeline import federated
 from dpdistill.privacy.ledger import Budget, ReleaseLedger
+from helpers import built_once
 
 pytestmark = pytest.mark.slow
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
@@ -29,11 +30,10 @@ SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_ow
 
 @pytest.fixture(scope="session")
 def owners(tmp_path_factory) -> Path:
-    """The five owners and their teachers, trained once for the module's tests (whichever runs first, on whichever
-    worker; kept for the session, as another module's test may run between two of them)."""
-    directory = tmp_path_factory.mktemp("federation") / "owners"
-    prepare_owners(directory, FederatedConfig(**{"epsilon": 30.0, **SETTINGS}))
-    return directory
+    """The five owners and their teachers, trained once for the run's tests (by whichever worker asks first; each
+    worker has its own copy, kept for the session, as another module's test may run between two of them)."""
+    return built_once(tmp_path_factory, "owners",
+                      lambda directory: prepare_owners(directory, FederatedConfig(**{"epsilon": 30.0, **SETTINGS})))
 
 
 def exact_votes(owner_dirs: list[Path], report: dict, out: Path) -> torch.Tensor:

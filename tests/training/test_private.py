@@ -296,8 +296,8 @@ def test_private_report_says_which_test_images_measure_accuracy(tmp_path: Path):
 
 
 def test_private_training_refuses_an_encoder_of_another_pool(tmp_path: Path, digits_encoder: Path):
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, student_arch="cnn", student_init=str(digits_encoder),
-                                   public_size=100)
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, student_arch="cnn",
+                                   student_init=str(digits_encoder), public_size=100)
     with pytest.raises(ConfigError, match="was pretrained on 'the first 200 test images of digits"):
         train_private(config, tmp_path)
     assert not (tmp_path / "student.safetensors").exists()

@@ -26,7 +26,7 @@ from dpdistill.federated.server_app import PLAN, make_server_app
 APP_NAME = "dpdistill-federation"
 FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DEDUP_LOGS": "0",
               "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-STATUS_POLL_SECONDS = 2.0
+STATUS_POLL_SECONDS = 5.0  # each poll starts a `flwr ls` process: over a second of CPU, which the owners need
 STOP_GRACE_SECONDS = 10.0
 START_SECONDS = 120.0  # how long the SuperLink may take to listen
 
