@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Sequence
 
-import matplotlib
 import numpy as np
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from dpdistill.atomic import write_atomically  # noqa: E402
+from dpdistill.atomic import write_atomically
 
 
 PRIVATE_DIR = "private"  # inside a release's --out: what must never be published
@@ -51,6 +48,17 @@ def as_written(value: Any) -> Any:
     return value
 
 
+def _pyplot() -> ModuleType:
+    """matplotlib's pyplot, drawing to files only, imported when a figure is drawn: half a second of the start of
+    every process that writes a report (an owner answering a round, the CLI) would go to it otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
 def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
     """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels: one mosaic on one axes (an axes per
     image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
@@ -63,6 +71,7 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
     for index, picture in enumerate(pictures):
         top, left = index // columns * cell_height + title, index % columns * cell_width
         mosaic[top:top + height, left:left + width] = picture
+    plt = _pyplot()
     figure = plt.figure(figsize=(columns * 0.6, columns * 0.6 * mosaic.shape[0] / mosaic.shape[1]))
     axis = figure.add_axes((0, 0, 1, 1))
     axis.axis("off")
@@ -77,6 +86,7 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
 def save_training_curve(history: list[dict], path: Path) -> None:
     """Student test accuracy and losses over iterations."""
     evaluated = [record for record in history if record.get("student_accuracy") is not None]
+    plt = _pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
     left.plot([r["iteration"] for r in evaluated], [100 * r["student_accuracy"] for r in evaluated], marker="o")
     left.set_xlabel("iteration")
@@ -97,6 +107,7 @@ def save_training_curve(history: list[dict], path: Path) -> None:
 
 def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, score: str) -> None:
     """An audit's canary scores, included against excluded: the further apart, the more the release reveals."""
+    plt = _pyplot()
     figure, axis = plt.subplots(figsize=(5, 3))
     bins = np.linspace(scores.min(), scores.max(), 41) if scores.max() > scores.min() else 10
     axis.hist(scores[included], bins=bins, alpha=0.6, label=f"included ({int(included.sum())})")
