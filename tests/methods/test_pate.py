@@ -159,11 +159,11 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
 @pytest.mark.slow
 def test_a_consistency_student_learns_from_the_answers_and_the_unlabelled_pool(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
-                        student_training="consistency", consistency_steps=300, **LOUD)
+                        student_training="consistency", consistency_steps=150, **LOUD)
     records: list[dict] = []
     report = pate(digits_ensemble, config, tmp_path, progress=records.append)
-    assert [record["done"] for record in records] == [300, 300] and config.progress_total() == 300  # steps
-    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
+    assert [record["done"] for record in records] == [150, 150] and config.progress_total() == 150  # steps
+    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1; 0.68-0.75 on four ensembles
     assert [record["round"] for record in report["history"]] == [1]
     assert "consistency training (FixMatch)" in (tmp_path / "report.md").read_text()
 
@@ -312,11 +312,11 @@ def test_a_vote_margin_that_keeps_no_answer_is_an_error_after_the_answers_were_c
 @pytest.mark.slow
 def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(digits_ensemble: Path, tmp_path: Path):
     config = PateConfig(queries=100, public_size=250, batch_size=32, self_training_rounds=0, student_arch="cnn",
-                        student_training="tangent-normal", consistency_steps=300, vae_steps=300, **LOUD)
+                        student_training="tangent-normal", consistency_steps=300, vae_steps=150, **LOUD)
     records: list[dict] = []
     report = pate(digits_ensemble, config, tmp_path, progress=records.append)
-    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1
-    assert records[0]["vae_step"] == 300 and records[-1]["done"] == 300  # the VAE's fit shows, then the steps
+    assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1; 0.76-0.81 on three ensembles
+    assert records[0]["vae_step"] == 150 and records[-1]["done"] == 300  # the VAE's fit shows, then the steps
     assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()
 
 

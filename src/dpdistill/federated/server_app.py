@@ -226,10 +226,10 @@ class Rounds:
     Each round is asked of the owners that answered the last roll call: the one that formed the federation for the
     first round asked, one just before it for each later round (a roll call is a message to every owner and back,
     seconds on a deployment). Fewer owners than the threshold at a roll call, or in a round's masked upload, stop
-    the run (`FederationStopped`): nothing of that round was revealed. A round whose unmasking fails (an owner lost in SecAgg+'s last stage, or one that never exchanged
-    keys) is journaled as lost: a curious server could still unmask the sum of the owners that completed it, at
-    least the threshold's noise shares, so it counts as spent and is never asked again. A round already in the
-    journal (a restarted server) is read back, never asked twice."""
+    the run (`FederationStopped`): nothing of that round was revealed. A round whose unmasking fails (an owner lost
+    in SecAgg+'s last stage, or one that never exchanged keys) is journaled as lost: a curious server could still
+    unmask the sum of the owners that completed it, at least the threshold's noise shares, so it counts as spent and
+    is never asked again. A round already in the journal (a restarted server) is read back, never asked twice."""
 
     def __init__(self, grid: Grid, context: Context, plan: FederationPlan, journal: RoundJournal) -> None:
         self.grid, self.context, self.plan, self.journal = grid, context, plan, journal

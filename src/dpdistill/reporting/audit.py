@@ -8,17 +8,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from dpdistill.reporting.report import number, percent  # noqa: E402
+from dpdistill.reporting.report import number, percent, pyplot
 
 
 def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, score: str) -> None:
     """An audit's canary scores, included against excluded: the further apart, the more the release reveals."""
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(5, 3))
     bins = np.linspace(scores.min(), scores.max(), 41) if scores.max() > scores.min() else 10
     axis.hist(scores[included], bins=bins, alpha=0.6, label=f"included ({int(included.sum())})")

@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import matplotlib
+import numpy as np
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from dpdistill.atomic import write_atomically  # noqa: E402
+from dpdistill.atomic import write_atomically
 
 
 PRIVATE_DIR = "private"  # inside a release's --out: what must never be published
@@ -61,6 +58,17 @@ def write_report(out_dir: Path, report: dict[str, Any], markdown: str) -> None:
     write_atomically({out_dir / "report.md": lambda temporary: temporary.write_text(markdown)})
 
 
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot, drawing to files only, imported when a figure is drawn: half a second of the start of
+    every process that writes a report (an owner answering a round, the CLI) would go to it otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    return plt
+
+
 def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
     """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels: one mosaic on one axes (an axes per
     image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
@@ -73,6 +81,7 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
     for index, picture in enumerate(pictures):
         top, left = index // columns * cell_height + title, index % columns * cell_width
         mosaic[top:top + height, left:left + width] = picture
+    plt = pyplot()
     figure = plt.figure(figsize=(columns * 0.6, columns * 0.6 * mosaic.shape[0] / mosaic.shape[1]))
     axis = figure.add_axes((0, 0, 1, 1))
     axis.axis("off")
@@ -87,6 +96,7 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
 def save_training_curve(history: list[dict], path: Path) -> None:
     """Student test accuracy and losses over iterations."""
     evaluated = [record for record in history if record.get("student_accuracy") is not None]
+    plt = pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
     left.plot([r["iteration"] for r in evaluated], [100 * r["student_accuracy"] for r in evaluated], marker="o")
     left.set_xlabel("iteration")

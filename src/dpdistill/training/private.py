@@ -295,10 +295,10 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
 
 def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float,
                     relation: str) -> SampledGaussianQuery:
-    """The least noise on the grid 1.001^n whose `steps` DP-SGD steps fit (epsilon, delta), searched on a coarse PLD
-    (10x faster than the stated one, and pessimistic, so the stated figure fits too) from where a rough PLD (another
-    4x faster) puts it: the rough search usually lands within a few grid points, which leaves the coarse one two to
-    five evaluations instead of about twenty from 1.0, and the same grid point."""
+    """The least noise on the grid 1.001^n whose `steps` DP-SGD steps fit (epsilon, delta) on a coarse PLD (10x
+    faster than the stated figure's, which the plan checks), searched from where a rough PLD (another 4x faster)
+    puts it: the rough search lands on or within a few points of the same grid point, which leaves the coarse one
+    two to five evaluations instead of about twenty from 1.0, and its answer as it was."""
 
     def on(discretization: float) -> Callable[[float], SampledGaussianQuery]:
         return lambda z: SampledGaussianQuery(z, sample_rate, discretization, relation)
