@@ -48,6 +48,7 @@ def test_owners_prepared_otherwise_are_refused(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.flower
 def test_the_command_runs_a_federation_and_prints_its_guarantee(tmp_path: Path):
     """The acceptance command at a small scale: five owners on a Dirichlet(0.5) split, simulation engine."""
     out = tmp_path / "run"

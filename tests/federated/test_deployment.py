@@ -19,7 +19,7 @@ from dpdistill.federated.protocol import RunTerms
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.method import calibrated_wire, vote_wire
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.flower]
 
 
 def test_a_killed_owner_leaves_a_completed_run_with_enough_noise_and_no_process_behind(tmp_path: Path):
