@@ -2,6 +2,7 @@
 every declared command's listing, options and docs agree with it."""
 
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -55,6 +56,23 @@ def test_a_registered_method_has_its_api_function(tiny: Declared, tmp_path: Path
         tiny_api(tmp_path / "other", epoch=1)
     with pytest.raises(ConfigError, match="tiny needs --out"):
         tiny_api()
+
+
+def test_a_registered_method_has_its_audit_route(tiny: Declared, tmp_path: Path):
+    """`dpdistill audit --method tiny` runs the method on canaried data as its command does; with no epsilon to
+    claim, a bound of any size refutes nothing, and an epsilon is refused as the route takes none."""
+    runner = CliRunner()
+    refused = runner.invoke(app, ["audit", "--dataset", "digits", "--method", "tiny", "--epsilon", "1",
+                                  "--out", str(tmp_path / "bad")])
+    assert refused.exit_code == 2 and refused.stderr == "error: the tiny route has no epsilon: drop --epsilon\n"
+    ran = runner.invoke(app, ["audit", "--dataset", "digits", "--method", "tiny", "--canaries", "100",
+                              "--no-inversion", "--set", "epochs=2", "--out", str(tmp_path / "audit")])
+    assert ran.exit_code == 0, ran.output
+    report = json.loads((tmp_path / "audit" / "report.json").read_text())
+    assert report["route"] == "tiny" and report["route_summary"].startswith("a classifier without privacy")
+    assert report["privacy"]["formal_guarantee"] is False and not report["refuted"]
+    assert json.loads((tmp_path / "audit" / "route" / "config.json").read_text())["epochs"] == 2
+    assert report["accuracy"]["student"] > 0.5
 
 
 @pytest.mark.parametrize("name", sorted(DECLARED))

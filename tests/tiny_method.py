@@ -1,6 +1,6 @@
 """A small method with its own command, written as a new method is: its configuration with `setting(...)`, its
-`Method`, and its `COMMAND`. tests/test_options.py registers it with one line in dpdistill.commands.DECLARED and
-finds its command, API function and docs table working. It trains a classifier without privacy, the least a
+`Method`, and its `COMMAND` with its audit route. tests/test_options.py registers it with one line in
+dpdistill.commands.DECLARED and finds its command, API function and audit route working. It trains a classifier without privacy, the least a
 method can be."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.teachers import classifier_meta
-from dpdistill.options import OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option, setting
+from dpdistill.options import (OVERWRITE_OPTION, AuditRoute, CommandSpec, field_options, out_option, resume_option,
+                               setting)
 from dpdistill.progress import Progress
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
@@ -74,4 +75,6 @@ COMMAND = CommandSpec(
     configure=lambda values: TinyConfig(**COMMAND.field_values(values)),
     run=lambda values, config, progress: execute(Tiny(), Source(), config, Path(values["out"]), values["resume"],
                                                  values["overwrite"], progress),
-    progress_of=lambda values, config: (config.epochs, "tiny epochs"), positional=("out",))
+    progress_of=lambda values, config: (config.epochs, "tiny epochs"), positional=("out",),
+    audits=(AuditRoute("tiny", "a classifier without privacy: what an audit finds with no guarantee to test",
+                       {"dataset": "data"}),))

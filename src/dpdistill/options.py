@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from dpdistill.errors import ConfigError
 from dpdistill.progress import Progress
-from dpdistill.settings import parse_assignments
+from dpdistill.settings import parse_assignments, parse_value
 
 HELP, MIN, SHOW_DEFAULT = "help", "min", "show_default"
 REQUIRED = ...  # a setting the caller must give
@@ -109,6 +109,22 @@ def field_options(config_type: type, names: tuple[str, ...]) -> tuple[Option, ..
 
 
 @dataclass(frozen=True)
+class AuditRoute:
+    """How `dpdistill audit` runs the command on its canaried data, exactly as a user would: the option values the
+    route fixes (`fixed`: method="dpsd"), those the audit's own options may replace (`defaults`), and which options
+    receive the audited data and the non-private models trained on it (`inputs`: option name to "data", "teacher"
+    (one model on all the data), "ensemble" (one per partition) or "transcribed" (the ensemble with --teachers
+    above 1, else the teacher)). `epochs`: whether the audit's --epochs reaches the command's own."""
+
+    name: str
+    summary: str
+    inputs: dict[str, str]
+    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)
+    defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    epochs: bool = False
+
+
+@dataclass(frozen=True)
 class CommandSpec:
     """A command, declared once: its name, help (first line: the summary) and options, and how a run is made from
     the options' values. `configure(values)` gives the configuration the run completes (a fresh run's, checked
@@ -125,12 +141,39 @@ class CommandSpec:
     positional: tuple[str, ...] = ()  # the API function's positional arguments, in order
     settable: tuple[type, ...] = ()  # the configurations whose every field --set (and an API keyword) reaches
     prefixed: tuple[tuple[str, type], ...] = ()  # and a nested configuration's fields under a prefix (generator_)
+    audits: tuple[AuditRoute, ...] = ()  # the routes `dpdistill audit` runs through this command
+
+    def accepts(self, name: str) -> bool:
+        """Whether the command takes `name`, as an option or a settable field."""
+        return name in {option.name for option in self.options} or any(
+            name in {field.name for field in dataclasses.fields(kind)} for kind in self.settable)
+
+    def assignments(self, settings: list[str]) -> dict[str, Any]:
+        """`KEY=VALUE` settings as the command takes them: its --set where it has one, else each a field option's
+        value, parsed as its default is typed."""
+        if any(option.name == "set_" for option in self.options):
+            return {"set_": list(settings)}
+        fields = {option.name: option for option in self.options if option.field}
+        values = {}
+        for assignment in settings:
+            key, separator, text = assignment.partition("=")
+            key = key.strip().replace("-", "_")
+            if not separator or key not in fields:
+                raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(fields)}")
+            option = fields[key]
+            default = dataclasses.MISSING if option.default is REQUIRED else option.default
+            values[key] = parse_value(key, text.strip(), default, str(option.annotation))
+        return values
 
     def settings(self, values: dict[str, Any], kind: type | None = None) -> dict[str, Any]:
         """The fields of `kind` (the first settable configuration unless told) set beyond the options: --set's
         KEY=VALUE, or the API's keywords."""
         kind = kind or self.settable[0]
-        return {**parse_assignments(values.get("set_", []), kind), **values.get(SETTINGS, {})}
+        given = values.get(SETTINGS, {})
+        foreign = sorted(set(given) - {field.name for field in dataclasses.fields(kind)})
+        if foreign:  # a field of another of the command's configurations (DP-MERF's, given to DataLens)
+            raise ConfigError(f"{self.name} with its {kind.__name__} has no setting {foreign[0]!r}")
+        return {**parse_assignments(values.get("set_", []), kind), **given}
 
     def field_values(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values of the options that are configuration fields: the configuration's keyword arguments (a

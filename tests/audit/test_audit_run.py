@@ -2,16 +2,19 @@
 non-private reference reveals them (the audit has power), DP-SGD, PATE (canaries in the members' partitions) and
 DP-MERF (scored by the student and the synthetic set) stay under their claims."""
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from dpdistill.audit.canaries import make_canaries, write_audited_data
-from dpdistill.audit.routes import ROUTES
+from dpdistill.audit.routes import routes
 from dpdistill.audit.run import AuditConfig, run_audit
 from dpdistill.models.ensemble import load_teacher
+from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError, PrivacyParameterError
 
@@ -89,11 +92,19 @@ def test_a_synthetic_set_is_scored_too_with_the_confidence_split(tmp_path: Path)
     assert "scored by samples" in (tmp_path / "report.md").read_text()
 
 
-@pytest.mark.parametrize("name", sorted(ROUTES))
+@pytest.mark.parametrize("name", sorted(routes()))
 def test_every_route_builds_its_own_config_from_the_audits_options(tmp_path: Path, name: str):
     config = AuditConfig("digits", method=name, epsilon=None if name == "nonprivate" else 1.0)
-    built = config.route.build(config, str(tmp_path / "data.npz"))
+    built = config.route.build(config, str(tmp_path / "data.npz"), tmp_path / "route")
     assert built is not None and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", sorted(routes()))
+def test_every_route_is_named_in_the_audits_help_and_docs(name: str):
+    """The routes come from the methods' declarations; the audit's --help and docs/audit.md list them by hand."""
+    helped = CliRunner().invoke(app, ["audit", "--help"], env={"COLUMNS": "400"})
+    assert re.search(rf"\b{name}\b", helped.output.split("--method", 1)[1].split("--canaries")[0])
+    assert f"`{name}`" in (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
 
 
 @pytest.mark.parametrize("values, error, message", [
@@ -104,7 +115,8 @@ def test_every_route_builds_its_own_config_from_the_audits_options(tmp_path: Pat
     ({"method": "pate", "epsilon": 1.0, "settings": ("queries=0",)}, ConfigError, "queries"),
     ({"method": "pate", "epsilon": 1.0, "preset": "paper"}, ConfigError, "no presets"),
     ({"method": "dpsd", "epsilon": 1.0, "epochs": 3}, ConfigError, "--epochs"),
-    ({"method": "datalens", "epsilon": 1.0, "student_arch": "cnn"}, ConfigError, "its own student"),
+    ({"method": "datalens", "epsilon": 1.0, "student_arch": "cnn"}, ConfigError, "no setting 'student_arch'"),
+    ({"method": "pate", "epsilon": 1.0, "settings": ("epochs=x",)}, ConfigError, "epochs expects"),
     ({"method": "nonprivate", "white_box": True}, ConfigError, "--white-box"),
     ({"method": "dpsgd", "epsilon": 1.0, "shadows": 1}, ConfigError, "--shadows"),
 ])

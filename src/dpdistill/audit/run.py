@@ -178,7 +178,7 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
         clear_previous = claim_out_dir(out_dir, False, overwrite, False, "audit")
         data = out_dir / PRIVATE_DIR / AUDITED_DATA
         # a wrong setting is refused before anything is written; white-box canaries leave the data as it is
-        built = config.route.build(config, config.dataset if config.white_box else str(data))
+        built = config.route.build(config, config.dataset if config.white_box else str(data), out_dir / ROUTE_DIR)
         dataset = load_dataset(config.dataset)
         canaries = make_canaries(dataset, config.canaries, config.seed)
         clear_previous()
@@ -188,8 +188,7 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
         if white_box is None:
             write_audited_data(dataset, canaries, data)
         with gradient_canaries(white_box):
-            route_report = config.route.run(built, PrivateModels(config, str(data), progress), out_dir / ROUTE_DIR,
-                                            progress)
+            route_report = config.route.run(built, PrivateModels(config, str(data), progress), progress)
         model, meta, _ = load_saved(out_dir / ROUTE_DIR)
         scores = ({"gradient": white_box.observed.numpy()} if white_box is not None else
                   score_canaries(out_dir / ROUTE_DIR, model, meta["arch"], canaries, dataset, config, progress))

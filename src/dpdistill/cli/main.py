@@ -280,9 +280,9 @@ def audit_command(
     dataset: str = typer.Option(..., help="the private data set the canaries go into"),
     out: Path = typer.Option(..., help="directory for report.json, report.md, scores.png, inversion.png and the "
                                        "route's run"),
-    method: str = typer.Option("dpsgd", help="the audited route: dpsgd, datalens, dp-merf, pate, dgd, dpsd, "
-                                             "dpdfd, srr, or nonprivate (the reference: the student without "
-                                             "privacy)"),
+    method: str = typer.Option("dpsgd", help="the audited route, as its method declares it: dpsgd, datalens, "
+                                             "dp-merf, pate, dgd, dpsd, dpdfd, srr, or nonprivate (the reference: "
+                                             "the student without privacy)"),
     canaries: int = typer.Option(1000, help="mislabelled training examples, each included with probability 1/2"),
     epsilon: Optional[float] = typer.Option(None, help="the route's privacy budget: the claim audited"),
     delta: float = typer.Option(1e-5, help="the route's delta, and the audit's"),

@@ -34,7 +34,7 @@ from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.models.datalens import ConditionalGenerator
-from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
+from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
                                preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
@@ -243,4 +243,8 @@ COMMAND = CommandSpec(
     configure=_configure,
     run=lambda values, config, progress: run_synthesis(None if values["resume"] else config, Path(values["out"]),
                                                        values["resume"], progress, values["overwrite"]),
-    progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig))
+    progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig),
+    audits=(AuditRoute("datalens", "DataLens' synthetic data and the classifier trained on it (synthesize)",
+                       {"dataset": "data"}, {"method": "datalens"}),
+            AuditRoute("dp-merf", "DP-MERF's synthetic data and the classifier trained on it (synthesize)",
+                       {"dataset": "data"}, {"method": "dp-merf"})))

@@ -41,8 +41,9 @@ from dpdistill.methods.pate import PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_generator
-from dpdistill.options import (ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP, SETTINGS,
-                               CommandSpec, Option, field_options, out_option, resume_option, set_option)
+from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP,
+                               SAMPLE_SOURCE_HELP, SETTINGS, CommandSpec, Option, field_options, out_option,
+                               resume_option, set_option)
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.progress import Progress
@@ -319,4 +320,6 @@ COMMAND = CommandSpec(
                                                  values["resume"], progress, values["overwrite"]),
     progress_of=lambda values, config: (None if config is None else config.labelling.progress_total(),
                                         "dgd student steps"),
-    positional=("teacher", "out"), settable=(PateConfig, DgdConfig), prefixed=((GENERATOR_PREFIX, DataFreeConfig),))
+    positional=("teacher", "out"), settable=(PateConfig, DgdConfig), prefixed=((GENERATOR_PREFIX, DataFreeConfig),),
+    audits=(AuditRoute("dgd", "faithful DGD: the generator learns against a teacher on all the data (NO formal "
+                              "guarantee)", {"teacher": "ensemble", "baseline": "teacher", "dataset": "data"}),))

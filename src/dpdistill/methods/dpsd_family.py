@@ -17,8 +17,8 @@ from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.srr import SRR
 from dpdistill.methods.teachers import teacher_provenance
 from dpdistill.methods.transcription import TranscriptionMethod
-from dpdistill.options import (OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, SAMPLE_SOURCE_HELP, CommandSpec, Option,
-                               out_option, preset_options, resume_option, set_option)
+from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, SAMPLE_SOURCE_HELP, CommandSpec,
+                               Option, out_option, preset_options, resume_option, set_option)
 from dpdistill.progress import Progress
 from dpdistill.runs import saved_config
 
@@ -94,7 +94,7 @@ def _configure(values: dict[str, Any]) -> TranscriptionConfig | None:
          "sample_source": None if source is None else str(source), **COMMAND.settings(values)},
         {"mode": values["privacy"].value, "epsilon": values["epsilon"], "delta": values["delta"],
          "accounting": values["accounting"].value, **{name: values[name] for name in PRIVACY_NAMES}},
-        dp_teacher=teacher_provenance(Path(values["teacher"])) is not None)
+        dp_teacher=Path(values["teacher"]).exists() and teacher_provenance(Path(values["teacher"])) is not None)
 
 
 COMMAND = CommandSpec(
@@ -129,4 +129,10 @@ COMMAND = CommandSpec(
     progress_of=lambda values, config: (None if config is None else config.iterations,
                                         f"{values['method'] if config is None else config.method} "
                                         f"{values['privacy'].value}"),
-    positional=("teacher", "out"), settable=(TranscriptionConfig,))
+    positional=("teacher", "out"), settable=(TranscriptionConfig,),
+    audits=(AuditRoute("dpsd", "DPSD transcription of the teacher (--teachers N: of an ensemble)",
+                       {"teacher": "transcribed", "dataset": "data"}, {"method": "dpsd", "privacy": "data"}),
+            AuditRoute("dpdfd", "DPDFD transcription of the teacher", {"teacher": "transcribed", "dataset": "data"},
+                       {"method": "dpdfd", "privacy": "data"}),
+            AuditRoute("srr", "DP-DFD with selective randomized response (NO formal guarantee)",
+                       {"teacher": "transcribed", "dataset": "data"}, {"method": "srr", "privacy": "label"})))

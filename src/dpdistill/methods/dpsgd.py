@@ -19,7 +19,7 @@ from dpdistill.methods.base import Source
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.private_training import PrivateTrainingMethod
-from dpdistill.options import OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option
+from dpdistill.options import AuditRoute, OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option
 from dpdistill.progress import Progress
 from dpdistill.runs import saved_config
 from dpdistill.training.private import PrivateTrainingConfig
@@ -69,4 +69,6 @@ COMMAND = CommandSpec(
                                                        values["overwrite"]),
     progress_of=lambda values, config: ((None, "train-private") if config is None
                                         else (config.epochs, f"{config.method} on {config.dataset}")),
-    positional=("dataset", "out"))
+    positional=("dataset", "out"),
+    audits=(AuditRoute("dpsgd", "DP-SGD on the data (train-private)", {"dataset": "data"}, {"method": "dpsgd"},
+                       {"student_arch": "scatter-linear"}, epochs=True),))

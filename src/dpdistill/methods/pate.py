@@ -45,9 +45,9 @@ from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
                                        teacher_data_set)
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
-from dpdistill.options import (ENSEMBLE_HELP, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, RESUME_FROM_ANSWERS_HELP,
-                               SAMPLE_SOURCE_HELP, SEED_HELP, CommandSpec, Option, field_options, out_option,
-                               resume_option, setting)
+from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP,
+                               RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP, SEED_HELP, CommandSpec, Option,
+                               field_options, out_option, resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, reproducible_noise_read
@@ -550,4 +550,6 @@ COMMAND = CommandSpec(
     configure=_configure,
     run=lambda values, config, progress: run_pate(Path(values["teacher"]), config, Path(values["out"]),
                                                   values["resume"], progress, values["overwrite"]),
-    progress_of=_progress_of, positional=("teacher", "out"))
+    progress_of=_progress_of, positional=("teacher", "out"),
+    audits=(AuditRoute("pate", "PATE: the ensemble's noisy votes on public images teach a student",
+                       {"teacher": "ensemble", "dataset": "data"}),))
