@@ -381,7 +381,32 @@ def federated_rows(dataset: str, headline_seeds: int) -> list[Run]:
                                             "--epsilon", "10"),
                     paper=PAPER_FEDDPSD.get(dataset), command="federated",
                     quick_args=("--iterations", "2", "--set", "batch_size=16", "--set", "teacher_epochs=1")))
+    runs.append(Run(f"feddpsd-control-{dataset}", CONTROL_GROUP, dataset,
+                    ("--clients", "5", "--dirichlet-alpha", "0.5", "--method", "dpsd", "--epsilon", "1e6"),
+                    command="federated",
+                    quick_args=("--iterations", "2", "--set", "batch_size=16", "--set", "teacher_epochs=1")))
     return runs
+
+
+# The seed rows' pipelines with their noise removed, labelled NOT private: data mode at sigma 0.001 (noise std
+# 5e-6 against answers of norm beta = 5e-3), randomized response at 50 per answer (the true class but for
+# 1e-21), so a seed row at chance beside a control that learns is the noise's doing, and a control at chance a
+# defect of the pipeline itself.
+NOISE_FREE_DATA = ("--accounting", "paper", "--epsilon", "1e12", "--sigma", "0.001")
+CONTROL_GROUP = "the seed's pipeline without its noise (a control: NOT private)"
+
+
+def controls(dataset: str) -> list[Run]:
+    """A control row for each single-teacher seed system (DPSD, DPDFD, SRR): its paper preset, noise removed."""
+    return [Run(f"dpsd-control-{dataset}", CONTROL_GROUP, dataset, ("--privacy", "data", "--preset", "paper",
+                                                                     *NOISE_FREE_DATA), quick_args=QUICK),
+            Run(f"dpdfd-control-{dataset}", CONTROL_GROUP, dataset, ("--method", "dpdfd", "--privacy", "data",
+                                                                      "--preset", "paper", *NOISE_FREE_DATA,
+                                                                      *SMALL_GENERATOR), quick_args=QUICK),
+            Run(f"srr-control-{dataset}", CONTROL_GROUP, dataset, ("--method", "srr", "--privacy", "label",
+                                                                    "--preset", "paper", "--accounting", "paper",
+                                                                    "--epsilon", "50"),
+                quick_args=(*QUICK, "--set", "generator_pretrain_steps=6"))]
 
 
 def siblings(dataset: str, headline_seeds: int) -> list[Run]:
@@ -394,6 +419,7 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
                         ("--method", "srr", "--privacy", "label", "--preset", "paper", "--accounting", "paper",
                          "--epsilon", epsilon), headline_seeds if epsilon == "1" else 1,
                         PAPER_SRR.get((dataset, epsilon)), quick_args=(*QUICK, "--set", "generator_pretrain_steps=6")))
+    runs += controls(dataset)
     for epsilon in ("1", "10"):
         runs.append(Run(f"dpdfd-eps{epsilon}-{dataset}", "DPDFD at a sound epsilon", dataset,
                         ("--method", "dpdfd", "--privacy", "data", "--preset", "paper", "--epsilon", epsilon,
@@ -845,19 +871,22 @@ ROUTES = (
 )
 DATASET_NAMES = {"fmnist": "Fashion-MNIST", "mnist": "MNIST set (8,000 / 2,000)", "digits": "digits"}
 
-# (method, the paper's epsilon, row): the seed papers' own settings, their accuracy beside ours.
+# (method, the paper's epsilon, row, its control): the seed papers' own settings, their accuracy beside ours, and
+# the same pipeline without its noise (`controls`, NOT private).
 PAPER_ROWS = (
-    ("DPSD data mode (seed 000)", "10", "dpsd-data-paper-{d}"),
-    ("DPSD label mode (seed 000)", "1 per answer", "dpsd-label-paper-{d}"),
-    ("DPDFD (seed 002)", "10", "dpdfd-paper-{d}"),
-    ("DP-DFD with SRR (seed 001)", "1 per answer", "srr-paper-eps1-{d}"),
-    ("DP-DFD with SRR (seed 001)", "10 per answer", "srr-paper-eps10-{d}"),
-    ("DataLens (seed 003), sound accounting (the official code's bound)", "1", "datalens-paper-eps1-{d}"),
-    ("DataLens (seed 003), sound accounting (the official code's bound)", "10", "datalens-paper-eps10-{d}"),
+    ("DPSD data mode (seed 000)", "10", "dpsd-data-paper-{d}", "dpsd-control-{d}"),
+    ("DPSD label mode (seed 000)", "1 per answer", "dpsd-label-paper-{d}", ""),
+    ("DPDFD (seed 002)", "10", "dpdfd-paper-{d}", "dpdfd-control-{d}"),
+    ("DP-DFD with SRR (seed 001)", "1 per answer", "srr-paper-eps1-{d}", "srr-control-{d}"),
+    ("DP-DFD with SRR (seed 001)", "10 per answer", "srr-paper-eps10-{d}", "srr-control-{d}"),
+    ("DataLens (seed 003), sound accounting (the official code's bound)", "1", "datalens-paper-eps1-{d}",
+     "datalens-control-{d}"),
+    ("DataLens (seed 003), sound accounting (the official code's bound)", "10", "datalens-paper-eps10-{d}",
+     "datalens-control-{d}"),
     ("FedDPSD (seed 000, Table V), sound accounting: noise calibrated to a sound epsilon 10", "10",
-     "feddpsd-5-owners-eps10-{d}"),
-    ("DGD (seed 004), answers alone", "1", "dgd-paper-eps1-{d}"),
-    ("DGD (seed 004), answers alone", "10", "dgd-paper-eps10-{d}"),
+     "feddpsd-5-owners-eps10-{d}", "feddpsd-control-{d}"),
+    ("DGD (seed 004), answers alone", "1", "dgd-paper-eps1-{d}", "dgd-control-{d}"),
+    ("DGD (seed 004), answers alone", "10", "dgd-paper-eps10-{d}", "dgd-control-{d}"),
 )
 
 
@@ -906,17 +935,19 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     if len(datasets) > 1:
         others = ", ".join(DATASET_NAMES.get(dataset, dataset) for dataset in datasets[1:])
         lines += ["", f"The same routes on the {others}, the proxy the settings were chosen on: {commands}."]
-    papers = [(method, epsilon, by_name[name.format(d=dataset)]) for dataset in datasets
-              for method, epsilon, name in PAPER_ROWS if name.format(d=dataset) in by_name]
+    papers = [(method, epsilon, by_name[name.format(d=dataset)], control.format(d=dataset))
+              for dataset in datasets for method, epsilon, name, control in PAPER_ROWS if name.format(d=dataset) in by_name]
     if papers:
         lines += ["", "### The seed papers beside this implementation", "",
                   "At each paper's own settings (`--preset paper --accounting paper`). The paper-formula epsilon is "
-                  "the paper's analysis: NOT a guarantee; the sound epsilon is what the same run spends.", "",
-                  "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "the paper's analysis: NOT a guarantee; the sound epsilon is what the same run spends. The control "
+                  "is the same pipeline without its noise (NOT private): what it learns before privacy is added.", "",
+                  "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps | "
+                  "control: row, % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {method} | {epsilon} | `{row['run']}` | {_number(row['paper_accuracy'], '.2f')} | "
                   f"{_accuracy_text(row)} | {_seeds(row)} | {_number(row['paper_epsilon'], '.3g')} | "
-                  f"{_headline_epsilon(row)} |" for method, epsilon, row in papers]
+                  f"{_headline_epsilon(row)} | {_control_text(control, by_name)} |"
+                  for method, epsilon, row, control in papers]
     lines += release_table(rows)
     audits = [row for row in rows if row.get("audit")]
     if audits:
@@ -948,6 +979,12 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
                   f"![privacy-accuracy curve]({figure})"]
     lines += ["", END]
     return "\n".join(lines)
+
+
+def _control_text(name: str, by_name: dict[str, dict]) -> str:
+    if not name:
+        return "—"
+    return f"`{name}`: {_accuracy_text(by_name[name])}" if name in by_name else f"`{name}`: not run"
 
 
 def release_table(rows: list[dict]) -> list[str]:

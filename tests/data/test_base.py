@@ -66,7 +66,9 @@ def test_describe_is_json_able():
     ({"x_train": np.array(["a"] * 5)}, "dtype"),
     ({"x_train": np.zeros((5, 4, 4), dtype=bool)}, "dtype"),
     ({"x_train": np.full((5, 4, 4), 1.5)}, r"outside floats in \[0, 1\]"),
-    ({"x_train": np.full((5, 4, 4), np.nan)}, "outside"),
+    ({"x_train": np.full((5, 4, 4), np.nan)}, r"x_train holds NaN in 5 image\(s\)"),
+    ({"x_test": np.array([np.zeros((4, 4)), np.full((4, 4), np.inf)])}, r"x_test holds infinite values in 1 image"),
+    ({"y_train": np.zeros(5, dtype=np.int64)}, "every training image is of class 0: a classifier needs at least two"),
     ({"x_train": np.full((5, 4, 4), 256)}, "outside integers in 0..255"),
     ({"x_train": np.full((5, 4, 4), -1, dtype=np.int64)}, "outside"),
     ({"y_train": np.zeros(3, dtype=np.int64)}, "x_train has 5 images but y_train has 3 labels"),
@@ -78,8 +80,8 @@ def test_describe_is_json_able():
     ({"x_test": np.zeros((2, 5, 5))}, "differ in shape"),
 ])
 def test_bad_arrays_are_clear_errors(arrays, message):
-    base = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
-            "x_test": np.zeros((2, 4, 4)), "y_test": np.zeros(2, dtype=np.int64)}
+    base = {"x_train": np.zeros((5, 4, 4)), "y_train": np.arange(5) % 2,
+            "x_test": np.zeros((2, 4, 4)), "y_test": np.arange(2)}
     with pytest.raises(DatasetError, match=message):
         from_arrays("toy", **(base | arrays), source="test")
 

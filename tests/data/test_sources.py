@@ -78,21 +78,22 @@ def test_npz_layouts_become_nchw_in_unit_range(tmp_path: Path, x: np.ndarray):
     ({"y_train": -np.ones(5, dtype=np.int64)}, "negative"),
 ])
 def test_bad_npz_contents_are_clear_errors(tmp_path: Path, bad, message):
-    arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
-              "x_test": np.zeros((2, 4, 4)), "y_test": np.zeros(2, dtype=np.int64)} | bad
+    arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.arange(5) % 2,
+              "x_test": np.zeros((2, 4, 4)), "y_test": np.arange(2)} | bad
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(DatasetError, match=message):
         load_dataset(str(tmp_path / "bad.npz"))
 
 
 def test_npz_ids_name_the_training_images_and_default_to_content_digests(tmp_path: Path):
-    arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.zeros(5, dtype=np.int64),
-              "x_test": np.zeros((2, 4, 4)), "y_test": np.zeros(2, dtype=np.int64)}
+    arrays = {"x_train": np.zeros((5, 4, 4)), "y_train": np.array([0, 0, 0, 0, 1]),
+              "x_test": np.zeros((2, 4, 4)), "y_test": np.arange(2)}
     np.savez(tmp_path / "plain.npz", **arrays)
     plain = load_dataset(str(tmp_path / "plain.npz")).ids_train
     assert len(set(plain.tolist())) == 5  # identical examples: ids of their first, second, ... copy
     np.savez(tmp_path / "fewer.npz", **{**arrays, "x_train": arrays["x_train"][1:], "y_train": arrays["y_train"][1:]})
-    assert load_dataset(str(tmp_path / "fewer.npz")).ids_train.tolist() == plain[:4].tolist()  # no renumbering
+    kept = plain[[0, 1, 2, 4]].tolist()  # one copy fewer: the last copy's id goes, no other example's moves
+    assert load_dataset(str(tmp_path / "fewer.npz")).ids_train.tolist() == kept
     np.savez(tmp_path / "named.npz", **arrays, ids_train=np.array([90, 7, 31, -4, 12], dtype=np.int32))
     dataset = load_dataset(str(tmp_path / "named.npz"))
     assert dataset.ids_train.dtype == torch.int64 and dataset.ids_train.tolist() == [90, 7, 31, -4, 12]
@@ -106,8 +107,8 @@ def test_npz_ids_name_the_training_images_and_default_to_content_digests(tmp_pat
     (np.arange(10).reshape(5, 2), "ids_train must be a 1-D integer array"),
 ])
 def test_bad_npz_ids_are_clear_errors(tmp_path: Path, ids, message):
-    np.savez(tmp_path / "bad.npz", x_train=np.zeros((5, 4, 4)), y_train=np.zeros(5, dtype=np.int64),
-             x_test=np.zeros((2, 4, 4)), y_test=np.zeros(2, dtype=np.int64), ids_train=ids)
+    np.savez(tmp_path / "bad.npz", x_train=np.zeros((5, 4, 4)), y_train=np.arange(5) % 2,
+             x_test=np.zeros((2, 4, 4)), y_test=np.arange(2), ids_train=ids)
     with pytest.raises(DatasetError, match=message):
         load_dataset(str(tmp_path / "bad.npz"))
 
@@ -138,11 +139,16 @@ def test_npz_missing_arrays_and_garbage(tmp_path: Path):
 
 def test_unknown_names_and_unusable_paths(tmp_path: Path):
     with pytest.raises(DatasetError, match="unknown dataset 'imagenet-21k': choose one of fmnist, mnist, digits, "
-                                           "or give a folder of IDX files or an .npz file"):
+                                           "or give a folder of images"):
         load_dataset("imagenet-21k")
     (tmp_path / "notes.txt").write_text("hello")
-    with pytest.raises(DatasetError, match="neither a folder of IDX files nor an .npz file"):
+    with pytest.raises(DatasetError, match=r"notes.txt is not a data set dpdistill reads: give a folder of images "
+                                           r"\(FOLDER/train/CLASS/\*.png .*, a folder of IDX files, or an .npz file"):
         load_dataset(str(tmp_path / "notes.txt"))
+    with pytest.raises(DatasetError, match=f"no such file or folder: {tmp_path / 'mine.npz'}$"):
+        load_dataset(str(tmp_path / "mine.npz"))  # a misspelt path is missing, not an unknown name
+    with pytest.raises(DatasetError, match=f"{tmp_path} is not a data set dpdistill reads"):
+        load_dataset(str(tmp_path))  # a folder of neither images by class nor IDX files
 
 
 # --- built-in data sets ---

@@ -289,7 +289,7 @@ def test_private_report_says_which_test_images_measure_accuracy(tmp_path: Path):
     assert public_split(digits, None, 200).measured_on == ("the last 160 test images of digits, outside the public "
                                                            "pool (its first 200 test images)")
     other = tmp_path / "public.npz"
-    np.savez(other, x_train=np.zeros((300, 8, 8), dtype=np.uint8), y_train=np.zeros(300, dtype=np.int64),
+    np.savez(other, x_train=np.zeros((300, 8, 8), dtype=np.uint8), y_train=np.arange(300) % 2,
              x_test=np.zeros((10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
     assert public_split(digits, str(other), 250).measured_on == ("the whole test split of digits (360 images); the "
                                                                  "public pool is public's first 250 training images")

@@ -15,6 +15,7 @@ from rich.table import Table
 from dpdistill.cli.declared import CommandsWithDeclared
 from dpdistill.cli.output import clear_errors, progress_display, summary, warn
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
+from dpdistill.errors import ConfigError
 from dpdistill.options import OVERWRITE_OPTION, SEED_HELP
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
@@ -47,6 +48,34 @@ def data_list() -> None:
     for status in list_datasets():
         table.add_row(status.name, "yes" if status.available else "no", status.detail)
     Console().print(table)
+
+
+@data_app.command("import")
+@clear_errors
+def data_import(
+    folder: Path = typer.Argument(..., help="images by class: FOLDER/train/CLASS/*.png and FOLDER/test/CLASS/*"),
+    out: Path = typer.Option(..., help="the .npz to write (any command then reads it as --dataset OUT)"),
+    size: Optional[str] = typer.Option(None, help="resize every image to HxW (e.g. 32x32) [default: keep the one "
+                                                  "size they share]"),
+    channels: Optional[int] = typer.Option(None, help="1 (grey) or 3 (RGB) [default: 1 where every image is grey]"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT if it exists"),
+) -> None:
+    """Read a folder of images by class into one .npz: class folders sorted give the labels."""
+    from dpdistill.data.folders import is_image_folder, parse_size
+    from dpdistill.data.sources import import_image_folder
+
+    if not folder.is_dir() or not is_image_folder(folder):
+        raise ConfigError(f"{folder} is not a folder of images by class: it needs {folder}/train/CLASS/ and "
+                          f"{folder}/test/CLASS/ folders of images")
+    if out.suffix != ".npz":
+        raise ConfigError(f"--out {out} must end in .npz")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
+    written = import_image_folder(folder, out, None if size is None else parse_size(size), channels)
+    names = ", ".join(written["classes"][:10]) + (", ..." if len(written["classes"]) > 10 else "")
+    summary.print(f"{out}: {written['train']} train and {written['test']} test images of shape "
+                  f"{'x'.join(map(str, written['shape']))}, {len(written['classes'])} classes ({names})",
+                  highlight=False)
 
 
 @app.command("train-teacher")
@@ -129,7 +158,6 @@ def budget_command(
 ) -> None:
     """What the releases of a teacher, owners or data set spent. --set sets their total budget."""
     from dpdistill.data import load_dataset
-    from dpdistill.errors import ConfigError
     from dpdistill.federated.owners import owner_directories
     from dpdistill.models.ensemble import holds_teacher
     from dpdistill.privacy.ledger import DatasetLedger, ReleaseLedger

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +132,11 @@ def _images_to_tensor(name: str, field: str, images: Any) -> torch.Tensor:
         scale, allowed = 255.0, "integers in 0..255"
     else:
         scale, allowed = 1.0, "floats in [0, 1]"
-    if images.size and not (np.isfinite(images).all() and images.min() >= 0 and images.max() <= scale):
+    if images.dtype.kind == "f" and images.size and not np.isfinite(images).all():
+        bad = int((~np.isfinite(images)).reshape(len(images), -1).any(1).sum())
+        what = "NaN" if np.isnan(images).any() else "infinite values"
+        raise DatasetError(f"{name}: {field} holds {what} in {bad} image(s): remove or repair them")
+    if images.size and not (images.min() >= 0 and images.max() <= scale):
         raise DatasetError(f"{name}: {field} has values outside {allowed} (min {images.min()}, max {images.max()}): "
                            f"rescale the images")
     values = images.astype(np.float32, order="C")  # also makes an NHWC input contiguous NCHW
@@ -182,9 +187,24 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
             raise DatasetError(f"{name}: y_train holds class {int(labels['train'].max())}, which no test label holds: "
                                f"the number of classes is published with every model, so it must not come from the "
                                f"private labels; declare it (num_classes in the .npz), or relabel")
+    check_classes(name, labels["train"], num_classes)
     ids = None if ids_train is None else _ids_to_tensor(name, ids_train)
     return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source,
                         ids, None if declared_size is None else _declared_size(name, declared_size))
+
+
+def check_classes(name: str, y_train: torch.Tensor, num_classes: int) -> None:
+    """Refuse training data of one class (nothing to tell apart: any model is "100%" on it); warn of a class with
+    no training example (a model can never predict it: often labels not numbered 0..K-1)."""
+    present = torch.unique(y_train)
+    if len(present) < 2:
+        raise DatasetError(f"{name}: every training image is of class {int(present[0])}: a classifier needs at "
+                           f"least two classes")
+    missing = sorted(set(range(num_classes)) - set(present.tolist()))
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        warnings.warn(f"{name}: class(es) {shown} of {num_classes} have no training image, so no model learns them; "
+                      f"if the labels are not numbered 0..K-1, relabel them", stacklevel=2)
 
 
 def _declared_size(name: str, value: Any) -> int:

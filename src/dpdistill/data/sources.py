@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from dpdistill.data.base import ImageDataset, from_arrays
+from dpdistill.data.folders import describe_classes, read_image_folder
 from dpdistill.data.idx import read_idx
 from dpdistill.paths import data_home, fmnist_dir
 from dpdistill.errors import DatasetError
@@ -31,6 +32,7 @@ NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 NPZ_IDS = "ids_train"  # optional: each training image's stable id (see ImageDataset)
 NPZ_DECLARED_SIZE = "declared_size"  # optional: the training split's size as a public figure (see ImageDataset)
 NPZ_CLASSES = "num_classes"  # optional: the number of classes (else the largest test label + 1)
+NPZ_CLASS_NAMES = "class_names"  # optional: each label's name, in label order (`dpdistill data import` writes it)
 FMNIST_TRAIN_SIZE = 60000  # the documented size of Fashion-MNIST's training split
 
 
@@ -53,7 +55,7 @@ def _find_idx(folder: Path, prefixes: tuple[str, ...], kind: str) -> Path | None
     return next((path for path in candidates if path.is_file()), None)
 
 
-def _idx_files(folder: Path) -> list[Path | None]:
+def idx_files(folder: Path) -> list[Path | None]:
     """Train images, train labels, test images, test labels; None where a file is absent."""
     return [_find_idx(folder, prefixes, kind) for prefixes, kind in product(IDX_SPLITS, IDX_KINDS)]
 
@@ -62,7 +64,7 @@ def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | Non
                     declared_size: int | None = None) -> ImageDataset:
     """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder; the training images'
     ids are digests of their content (ImageDataset), so adding or removing one moves no other."""
-    files = _idx_files(folder)
+    files = idx_files(folder)
     missing = [f"{'|'.join(prefixes)}-{kind}-ubyte[.gz]"
                for (prefixes, kind), path in zip(product(IDX_SPLITS, IDX_KINDS), files) if path is None]
     if missing:
@@ -87,6 +89,7 @@ def load_npz(path: Path) -> ImageDataset:
                                    f"np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
             arrays = {key: archive[key] for key in (*NPZ_ARRAYS, NPZ_IDS, NPZ_DECLARED_SIZE, NPZ_CLASSES)
                       if key in archive.files}
+            names = archive[NPZ_CLASS_NAMES].tolist() if NPZ_CLASS_NAMES in archive.files else None
     except ValueError as error:  # object arrays, which only pickle could load
         raise DatasetError(f"cannot read {path} without unpickling ({error}): save plain numeric arrays "
                            f"(uint8 or float images, integer labels)") from error
@@ -97,12 +100,27 @@ def load_npz(path: Path) -> ImageDataset:
         if classes.ndim != 0 or classes.dtype.kind not in "iu":
             raise DatasetError(f"{path}: num_classes must be one integer, got {classes.dtype} {classes.shape}")
         arrays[NPZ_CLASSES] = int(classes)
-    return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split")
+    classes = f"; classes {describe_classes(names)}" if names else ""
+    return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split{classes}")
+
+
+def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, channels: int | None) -> dict:
+    """`dpdistill data import`: a folder of images by class into one .npz (uint8 images, labels, the number of
+    classes and their names), checked as every data set is; returns what was written."""
+    arrays, classes = read_image_folder(folder, size, channels)
+    from_arrays(out.stem, **arrays, num_classes=len(classes), source=str(folder))  # the same checks, before writing
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    with open(partial, "wb") as handle:
+        np.savez(handle, **arrays, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
+    os.replace(partial, out)
+    return {"train": len(arrays["y_train"]), "test": len(arrays["y_test"]), "classes": classes,
+            "shape": list(arrays["x_train"].shape[1:])}
 
 
 def fmnist_status() -> DatasetStatus:
     folder = fmnist_dir()
-    available = None not in _idx_files(folder)
+    available = None not in idx_files(folder)
     return DatasetStatus("fmnist", available, str(folder) if available else FMNIST_INSTALL)
 
 
