@@ -119,15 +119,18 @@ def train_teacher(dataset: str, out: str | Path, *, partitions: int = 1, dirichl
 def import_teacher(factory: str, weights: str | Path, dataset: str, out: str | Path, *,
                    input_range: Sequence[float] = DPDISTILL_RANGE, mean: Sequence[float] | None = None,
                    std: Sequence[float] | None = None, overwrite: bool = False, dp_epsilon: float | None = None,
-                   dp_delta: float = DEFAULT_DELTA, dp_relation: str = ADD_REMOVE) -> ModelResult:
+                   dp_delta: float = DEFAULT_DELTA, dp_relation: str = ADD_REMOVE,
+                   code: str | Path | None = None) -> ModelResult:
     """`dpdistill import-teacher`: the network `factory` builds (`file.py:callable` or `module:callable`) with the
     safetensors `weights`, as a teacher in `out`; `input_range`, `mean` and `std` describe the inputs it was
     trained on (mean and std: one value, or one per channel). `dp_epsilon` (with `dp_delta`, `dp_relation`): the
-    DP guarantee its owner declares it was trained under; reported as that claim, not verified."""
+    DP guarantee its owner declares it was trained under; reported as that claim, not verified. `code`: the folder
+    of the model's code kept with it (default: the factory file's own folder)."""
     out = Path(out)
     transform = input_transform_spec(input_range, mean, std)
     declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
-    report = jobs.import_teacher(factory, Path(weights), dataset, out, transform, overwrite, declared)
+    report = jobs.import_teacher(factory, Path(weights), dataset, out, transform, overwrite, declared,
+                                 None if code is None else Path(code))
     return ModelResult(out, report, load_model(out))
 
 

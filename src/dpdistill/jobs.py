@@ -293,21 +293,25 @@ def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dic
 
 def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path,
                    input_transform: dict[str, Any] | None = None, overwrite: bool = False,
-                   declared: Provenance | None = None) -> dict[str, Any]:
+                   declared: Provenance | None = None, code: Path | None = None) -> dict[str, Any]:
     """Make a classifier trained outside dpdistill a teacher (models/imported.py): its weights, description and
-    factory in `out_dir`, and a report with its test accuracy, warned about when near chance (the usual sign
+    factory (with the code beside it, or in the folder `code`) in `out_dir`, and a report with its test accuracy, warned about when near chance (the usual sign
     of inputs in another range or normalisation than the model was trained on). `declared`: the DP guarantee its
     owner declares it was trained under, kept as that claim (its transcriptions then cost nothing more).
 
     `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
     from the private model it held still count."""
-    from dpdistill.models.imported import import_classifier, keep_factory
+    from dpdistill.models.imported import code_files, import_classifier, keep_factory
+    from dpdistill.models.registry import is_factory_file
 
     _check_import_out(out_dir, overwrite)
     dataset = load_dataset(dataset_name)
     model = import_classifier(factory, weights, dataset.input_shape, dataset.num_classes, input_transform)
+    if is_factory_file(factory):  # refused before anything is written: a folder that is not the model's code
+        code_files(Path(factory.rpartition(":")[0]).expanduser().resolve(),
+                   (code or Path(factory.rpartition(":")[0]).parent).expanduser().resolve())
     out_dir.mkdir(parents=True, exist_ok=True)
-    arch, kept = keep_factory(factory, out_dir)
+    arch, kept = keep_factory(factory, out_dir, code)
     meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
     if declared is not None:

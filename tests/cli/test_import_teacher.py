@@ -49,7 +49,8 @@ def test_imported_teacher_works_from_another_directory_without_pythonpath(foreig
     report = json.loads((teacher / "report.json").read_text())
     assert report["accuracy"]["teacher"] > 0.6 and report["warnings"] == []
     meta = json.loads((teacher / "meta.json").read_text())
-    assert meta["factory"]["file"] == "factory.py" and (teacher / "factory.py").read_text() == factory.read_text()
+    assert meta["factory"]["file"] == "code/my_resnet.py"
+    assert (teacher / "code" / "my_resnet.py").read_text() == factory.read_text()
     assert meta["input_transform"]["range"] == [0.0, 1.0]
 
     elsewhere = tmp_path / "elsewhere"
@@ -147,3 +148,45 @@ def test_an_imported_teacher_is_not_an_ensemble(foreign_teacher, tmp_path):
     assert invoke(*import_args(factory, weights, tmp_path / "teacher")).exit_code == 0
     result = invoke("pate", "--teacher", tmp_path / "teacher", "--out", tmp_path / "pate", "--epsilon", "1")
     assert result.exit_code == 2 and "one teacher" in result.stderr
+
+
+MODEL_PACKAGE = {
+    "nets/__init__.py": "",
+    "nets/layers.py": "import torch.nn as nn\n\n\ndef head(width, classes):\n    return nn.Linear(width, classes)\n",
+    "mynet.py": ("import torch.nn as nn\nfrom nets.layers import head\n\n\nclass Net(nn.Sequential):\n"
+                 "    def __init__(self, classes):\n        super().__init__(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(),"
+                 " head(16, classes))\n"),
+    "factory.py": "from mynet import Net\n\n\ndef build(num_classes):\n    return Net(num_classes)\n",
+    "data/notes.txt": "not code: stays behind",
+}
+
+
+def test_model_code_spanning_files_and_a_package_is_kept_and_loads_from_anywhere(tmp_path: Path):
+    """factory.py imports mynet beside it, which imports the package nets: all kept, and every later command
+    loads the teacher from another directory with nothing on PYTHONPATH."""
+    project = tmp_path / "project"
+    for name, text in MODEL_PACKAGE.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    weights = tmp_path / "net.safetensors"
+    save_file({key: value.contiguous() for key, value in network.state_dict().items()}, weights)
+    teacher = tmp_path / "teacher"
+    result = invoke("import-teacher", "--factory", f"{project / 'factory.py'}:build", "--weights", weights,
+                    "--dataset", "digits", "--out", teacher)
+    assert result.exit_code == 0, result.output
+    kept = sorted(str(path.relative_to(teacher / "code")) for path in (teacher / "code").rglob("*.py"))
+    assert kept == ["factory.py", "mynet.py", "nets/__init__.py", "nets/layers.py"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    evaluated = dpdistill_elsewhere(elsewhere, "evaluate", "--model", teacher, "--dataset", "digits")
+    assert evaluated.returncode == 0, evaluated.stderr
+    x = load_dataset("digits").x_test
+    assert json.loads(evaluated.stdout)["accuracy"] == pytest.approx(accuracy(network.eval(), x,
+                                                                              load_dataset("digits").y_test), abs=0)
+
+    refused = invoke("import-teacher", "--factory", f"{project / 'factory.py'}:build", "--weights", weights,
+                     "--dataset", "digits", "--out", tmp_path / "other", "--code", project / "nets")
+    assert refused.exit_code == 2 and "is not inside --code" in refused.stderr
+    assert not (tmp_path / "other").exists()

@@ -214,15 +214,17 @@ def evaluate_command(
 @app.command("import-teacher")
 @clear_errors
 def import_teacher_command(
-    factory: str = typer.Option(..., help="FILE.py:CALLABLE, a self-contained file copied into --out and run on "
+    factory: str = typer.Option(..., help="FILE.py:CALLABLE, copied into --out with the code beside it and run on "
                                           "every load (from any directory, no PYTHONPATH), or module:callable, "
                                           "imported by name (it must stay importable); called with those of "
                                           "in_shape, num_classes it accepts"),
+    code: Optional[Path] = typer.Option(None, help="the folder of the model's code, its .py files kept with the "
+                                                   "teacher [default: the factory file's folder]"),
     weights: Path = typer.Option(..., help="safetensors file of the network's state_dict, under its own keys"),
     dataset: str = typer.Option(..., help="the data set it classifies: fmnist, mnist, digits, a folder of IDX "
                                           "files, or an .npz"),
-    out: Path = typer.Option(..., help="new or empty directory for model.safetensors, meta.json, factory.py and "
-                                       "report.json"),
+    out: Path = typer.Option(..., help="new or empty directory for model.safetensors, meta.json, the factory's "
+                                       "code and report.json"),
     input_range: Optional[str] = typer.Option(None, help="LOW,HIGH: the pixel range the model was trained on, e.g. "
                                                          "0,1 (torchvision's ToTensor); dpdistill's images are in "
                                                          "[-1, 1] and are mapped inside the model [default: -1,1]"),
@@ -241,14 +243,14 @@ def import_teacher_command(
 ) -> None:
     """Make a PyTorch classifier trained elsewhere a teacher.
 
-    Its factory file is kept with it; weights come from safetensors only."""
+    Its factory file and the code beside it are kept with it; weights come from safetensors only."""
     from dpdistill.models.transform import parse_input_transform
     from dpdistill.jobs import import_teacher
     from dpdistill.privacy.provenance import Provenance
 
     declared = None if dp_epsilon is None else Provenance.declared(dp_epsilon, dp_delta, dp_relation)
     report = import_teacher(factory, weights, dataset, out, parse_input_transform(input_range, normalize), overwrite,
-                            declared)
+                            declared, code)
     summary.print(f"imported teacher test accuracy {100 * report['accuracy']['teacher']:.2f}% -> {out}")
     if "reference" in report["factory"]:
         summary.print(f"note: {report['factory']['note']}", highlight=False)

@@ -2,11 +2,12 @@
 factory's own state_dict keys.
 
 The factory is `path/to/file.py:callable` or `module.path:callable`, called with those of `in_shape` and
-`num_classes` it accepts. A file is copied into the teacher's directory (FACTORY_FILE) and run from there on every
-load, so later commands work from any working directory and without PYTHONPATH; it must be self-contained (it may
-import installed packages, not modules beside it). A `module:callable` stays a reference: the module must be
-importable wherever the teacher is loaded. Either way the factory is code the user chose to run; the weights are
-never unpickled.
+`num_classes` it accepts. A file is copied into the teacher's directory with the Python code beside it (its
+folder's .py files, or those of a folder named with `code`: CODE_DIR), and run from there on every load with that
+code importable (`from mynet import Net` at the top of the file), so later commands work from any working directory
+and without PYTHONPATH. A `module:callable` stays a reference: the module must be importable wherever the teacher
+is loaded (an installed package). Either way the factory is code the user chose to run; the weights are never
+unpickled.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import fit_weights, read_weights
 from dpdistill.models.registry import ForeignClassifier, build_classifier, is_factory_file
 from dpdistill.models.transform import InputTransform, TransformedClassifier
 
-FACTORY_FILE = "factory.py"
+CODE_DIR = "code"  # in a teacher's directory: its factory file and the code beside it
+MAX_CODE_FILES, MAX_CODE_BYTES = 500, 20 * 10**6
 
 
 def import_classifier(factory: str, weights: Path, in_shape: tuple[int, int, int], num_classes: int,
@@ -35,15 +38,39 @@ def import_classifier(factory: str, weights: Path, in_shape: tuple[int, int, int
     return model.eval()
 
 
-def keep_factory(factory: str, directory: Path) -> tuple[str, dict[str, Any]]:
-    """(the `arch` to record, the `factory` entry of the description): a factory file is copied into `directory`,
-    a module stays a reference."""
+def keep_factory(factory: str, directory: Path, code: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """(the `arch` to record, the `factory` entry of the description): a factory file is copied into `directory`
+    with the code beside it (`code`, default its own folder: CODE_DIR), a module stays a reference."""
     location, _, name = factory.rpartition(":")
+    shutil.rmtree(directory / CODE_DIR, ignore_errors=True)  # an earlier import's, replaced by --overwrite
     if not is_factory_file(factory):
-        (directory / FACTORY_FILE).unlink(missing_ok=True)  # an earlier import's, replaced by --overwrite
         return factory, {"reference": factory, "note": "imported by name: the module must be importable (installed "
                                                        "or on PYTHONPATH) wherever this teacher is loaded"}
     source = Path(location).expanduser().resolve()
-    shutil.copyfile(source, directory / FACTORY_FILE)
-    return f"{FACTORY_FILE}:{name}", {"file": FACTORY_FILE, "callable": name, "copied_from": str(source),
-                                      "note": "Python code run on every load of this teacher"}
+    root = (code or source.parent).expanduser().resolve()
+    files = code_files(source, root)
+    for file in files:
+        target = directory / CODE_DIR / file.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+    kept = f"{CODE_DIR}/{source.relative_to(root).as_posix()}"
+    return f"{kept}:{name}", {"file": kept, "callable": name, "copied_from": str(source), "code": str(root),
+                              "code_files": len(files), "note": "Python code run on every load of this teacher"}
+
+
+def code_files(factory: Path, root: Path) -> list[Path]:
+    """The .py files under `root` (hidden folders and caches aside) that go with the factory file, refused where
+    the folder is not the model's code: the factory outside it, or more than MAX_CODE_FILES / MAX_CODE_BYTES."""
+    if not root.is_dir():
+        raise ConfigError(f"--code {root} is not a folder")
+    if not factory.is_relative_to(root):
+        raise ConfigError(f"the factory file {factory} is not inside --code {root}: name the folder that holds it")
+    files = [path for path in sorted(root.rglob("*.py"))
+             if not any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(root).parts)]
+    size = sum(path.stat().st_size for path in files)
+    if len(files) > MAX_CODE_FILES or size > MAX_CODE_BYTES:
+        raise ConfigError(f"{root} holds {len(files)} Python files ({size / 1e6:.1f} MB), more than a model's code "
+                          f"(at most {MAX_CODE_FILES} files, {MAX_CODE_BYTES // 10**6} MB): put the model's code in a "
+                          f"folder of its own and name it with --code, or install it as a package and give "
+                          f"module:callable")
+    return files

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -9,7 +10,7 @@ import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -108,12 +109,40 @@ def _load_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, resolved)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before running it, as `import` does: dataclasses in the file look it up there
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
+    with code_beside(resolved):
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
     return module
+
+
+def code_roots(path: Path) -> list[Path]:
+    """Where the modules a factory file imports live: its own folder and, where that folder is a package (it holds
+    an __init__.py), the folder above the outermost package, as `python path` or `python -m` would find them."""
+    root = path.parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        root = root.parent
+    return list(dict.fromkeys([path.parent, root]))
+
+
+@contextlib.contextmanager
+def code_beside(path: Path) -> Iterator[None]:
+    """Run a factory file with the code beside it importable (`from mynet import Net`), then forget those modules:
+    another teacher's folder may hold a module of the same name. Its classes stay bound in the factory's module."""
+    roots = [str(root) for root in code_roots(path)]
+    before = set(sys.modules)
+    sys.path[:0] = roots
+    try:
+        yield
+    finally:
+        for root in roots:
+            sys.path.remove(root)
+        for name in set(sys.modules) - before:
+            file = getattr(sys.modules[name], "__file__", None) or ""
+            if any(file.startswith(root + "/") for root in roots) and not name.startswith("dpdistill_factory_"):
+                del sys.modules[name]
 
 
 def _factory_arguments(factory: Callable[..., Any], in_shape: tuple[int, int, int], num_classes: int
