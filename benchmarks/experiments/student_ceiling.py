@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from dpdistill.data import load_dataset
-from dpdistill.data.public import public_split
 from dpdistill.methods.pate import Answers, PateConfig, choose_queries, train_student, vote_counts
 from dpdistill.models.ensemble import load_teacher
 
@@ -34,7 +33,7 @@ def main(queries: int, teacher_dir: Path, encoder_dir: Path) -> None:
     config = PateConfig(epsilon=10.0, queries=queries, student_arch="cnn", student_training="consistency",
                         batch_size=64, self_training_rounds=0, student_init=str(encoder_dir), seed=0)
     evaluation = load_dataset("fmnist")
-    split = public_split(evaluation, config.public, config.pool_size)
+    split = config.public_split(evaluation)
     indices = choose_queries(split.pool, config)
     ensemble, _ = load_teacher(teacher_dir)
     plurality = vote_counts(ensemble, split.pool[indices], evaluation.num_classes, torch.device("cpu"))

@@ -128,10 +128,11 @@ def test_a_selection_brings_the_teachers_it_reads_and_no_others():
 
 
 def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_accuracy():
+    from dpdistill.defaults import PUBLIC_POOL_SIZE
     from dpdistill.methods.pate import PateConfig
 
     harness = _harness()
-    assert harness.DEFAULT_POOL == PateConfig(epsilon=1.0).pool_size  # the commands' default
+    assert harness.DEFAULT_POOL == PUBLIC_POOL_SIZE and PateConfig(epsilon=1.0).public_size is None  # the default
     test_split = {"fmnist": 10_000, "mnist": 2_000}  # the 10,000-image MNIST set keeps 2,000 for testing
 
     def option(run, name: str) -> int | None:

@@ -35,6 +35,14 @@ def test_the_pool_and_the_evaluation_images_are_disjoint_parts_of_the_test_split
         public_split(digits, None, len(digits.y_test))
 
 
+def test_the_default_pool_is_at_most_half_the_test_split_it_comes_from():
+    digits = load_dataset("digits")  # 360 test images: a pool of 180, not the 5,000 that would leave none
+    split = PateConfig(epsilon=1, queries=100).public_split(digits)
+    assert len(split.pool) == 180 and len(split.y_eval) == 180
+    with pytest.raises(ConfigError, match="the public pool holds 180: lower --queries"):
+        PateConfig(epsilon=1, queries=200).public_split(digits)
+
+
 def test_another_public_data_set_gives_its_training_images_and_must_match_the_shape(tmp_path: Path):
     digits = load_dataset("digits")
     rng = np.random.default_rng(0)

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
+from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, DatasetError
 
 
@@ -44,6 +45,14 @@ class PublicSplit:
     source: PoolSource
     measured_on: str  # which labelled images: what a report says accuracy is measured on
     pool_labels: Tensor | None = None  # the pool's true labels where known: to report answer quality, never to train
+
+
+def pool_size(public_size: int | None, public: str | None, test_images: int) -> int:
+    """The public pool's size: as given, else PUBLIC_POOL_SIZE, from the evaluation set's test split at most half
+    of its `test_images` (the other half measures accuracy)."""
+    if public_size is not None:
+        return public_size
+    return PUBLIC_POOL_SIZE if public else min(PUBLIC_POOL_SIZE, test_images // 2)
 
 
 def public_split(evaluation: ImageDataset, public: str | None, size: int) -> PublicSplit:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from dpdistill.data.public import pool_size
 from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.protocol import check_dropouts
@@ -117,9 +118,8 @@ class FederatedConfig:
         accuracy on)."""
         from dpdistill.methods.pate import PateConfig
 
-        pool = self.public_size
-        if pool is None:
-            pool = PUBLIC_POOL_SIZE if test_images is None or self.public else min(PUBLIC_POOL_SIZE, test_images // 2)
+        pool = (self.public_size or PUBLIC_POOL_SIZE) if test_images is None else pool_size(self.public_size,
+                                                                                            self.public, test_images)
         return PateConfig(epsilon=self.epsilon, delta=self.delta, dataset=self.dataset,
                           queries=self.queries or min(DEFAULT_QUERIES, pool), public=self.public, public_size=pool,
                           answer_targets=self.answer_targets,

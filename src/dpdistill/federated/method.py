@@ -33,7 +33,7 @@ from torch import Tensor
 from dpdistill.atomic import write_atomically
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
-from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
+from dpdistill.data.public import PUBLIC_POOL, PublicSplit
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
@@ -140,7 +140,7 @@ class ServerPlan:
         num_classes, in_shape = evaluation.num_classes, evaluation.input_shape
         if config.method == "pate":
             pate = config.pate_config(len(evaluation.y_test))
-            split = public_split(evaluation, pate.public, pate.pool_size)
+            split = pate.public_split(evaluation)
             wire, query = calibrated_wire(config, vote_wire(config, num_classes, in_shape), pate.queries)
             return cls(evaluation, wire, query, pate.queries, pate=pate, split=split)
         transcription = config.transcription_config()

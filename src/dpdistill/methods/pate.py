@@ -35,9 +35,8 @@ from torch import Tensor
 
 from dpdistill.atomic import write_atomically
 from dpdistill.data.base import ImageDataset
-from dpdistill.data.public import PUBLIC_POOL, PublicSplit, public_split
+from dpdistill.data.public import PUBLIC_POOL, PublicSplit, pool_size, public_split
 from dpdistill.data.sample_source import load_sample_source
-from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
@@ -83,8 +82,9 @@ class PateConfig:
     public: str | None = setting(None, "data set of the public images (default: the evaluation data set's test "
                                        "split, whose first --public-size images are then public and the rest "
                                        "measure accuracy)")
-    public_size: int | None = setting(None, "public images the student may see, labelled or not [default: 5000, or "
-                                            "with a sample source all its images]")
+    public_size: int | None = setting(None, "public images the student may see, labelled or not [default: 5000, at "
+                                            "most half the test split it comes from; with a sample source all its "
+                                            "images]")
     sample_source: str | None = setting(None, SAMPLE_SOURCE_HELP)
     query_selection: str = setting("random", "which public images are asked: random, or kmeans (the typical image "
                                              "of each of --queries k-means clusters; public, so free)")
@@ -132,9 +132,9 @@ class PateConfig:
             raise ConfigError("--sample-source replaces the public pool: drop --public and --public-size")
         if self.public_size is not None and self.public_size < 1:
             raise ConfigError(f"public-size must be at least 1, got {self.public_size}")
-        if self.sample_source is None and self.queries > self.pool_size:
+        if self.sample_source is None and self.public_size is not None and self.queries > self.public_size:
             raise ConfigError(f"{self.queries} queries need at least as many public images; --public-size is "
-                              f"{self.pool_size}")
+                              f"{self.public_size}")
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -159,10 +159,14 @@ class PateConfig:
         if self.student_training != "supervised":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
 
-    @property
-    def pool_size(self) -> int:
-        """The public pool's size, without a sample source."""
-        return PUBLIC_POOL_SIZE if self.public_size is None else self.public_size
+    def public_split(self, evaluation: ImageDataset) -> PublicSplit:
+        """The public pool (without a sample source) and the images accuracy is measured on: unless sized, at most
+        half the evaluation set's test split."""
+        size = pool_size(self.public_size, self.public, len(evaluation.y_test))
+        if self.queries > size:
+            raise ConfigError(f"{self.queries} queries need at least as many public images; the public pool holds "
+                              f"{size}: lower --queries (or raise --public-size)")
+        return public_split(evaluation, self.public, size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -451,7 +455,7 @@ class PateJob(Job):
         # the images it asks about (None: a generator of the run's makes them) and the student's starting point: a
         # bad one is refused before any reservation
         self.split = (self.source.pool(self.evaluation) if self.source is not None
-                      else public_split(self.evaluation, config.public, config.pool_size) if public_pool else None)
+                      else config.public_split(self.evaluation) if public_pool else None)
         if self.split is not None:
             self._check_encoder(self.split)
         self.querying = False  # whether the answers' release began
