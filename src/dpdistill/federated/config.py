@@ -41,6 +41,8 @@ class FederatedConfig:
                                "sum keeps the planned noise")
     colluders: int = setting(1, "owners whose noise shares an adversary may know (each owner knows its own): the "
                                 "shares are sized so the other owners' alone meet the budget")
+    accept_noise: bool = setting(False, "run even where the answers would be near random (refused by default)",
+                                 show_default=False)
     engine: str = setting("simulation", "simulation (Flower's, one process) or deployment (a SuperLink and M "
                                         "SuperNodes as processes on loopback)")
     members_per_owner: int | None = setting(None, "teachers each owner trains on its data [default: 10 (pate), 1 "

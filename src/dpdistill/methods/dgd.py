@@ -290,7 +290,8 @@ def _configure(values: dict[str, Any]) -> DgdConfig | None:
         return None if saved is None else saved[1]
     paths = {name: None if values[name] is None else str(values[name]) for name in ("baseline", "sample_source")}
     return build_dgd_config(values["epsilon"], paths["baseline"], paths["sample_source"],
-                            {**parse_dgd_assignments(values["set_"]), **values.get(SETTINGS, {})},
+                            {**parse_dgd_assignments(values["set_"]), **values.get(SETTINGS, {}),
+                             **({"accept_noise": True} if values["accept_noise"] else {})},
                             delta=values["delta"], seed=values["seed"], device=values["device"],
                             reproducible_noise=values["reproducible_noise"])
 
@@ -313,6 +314,9 @@ COMMAND = CommandSpec(
              *field_options(PateConfig, ("delta",)),
              set_option("any setting, KEY=VALUE (repeatable): a `pate` option (queries=27), synthetic_size, or "
                         "generator_ and a generator setting (generator_steps=500)"),
+             Option("accept_noise", bool, False, "run even where the answers would be near random (refused by "
+                                                 "default: even a unanimous vote would rarely survive the noise)",
+                    flags=("--accept-noise",), show_default=False, field=False),
              *field_options(PateConfig, ("seed", "reproducible_noise", "device")),
              resume_option(RESUME_FROM_ANSWERS_HELP), OVERWRITE_OPTION),
     configure=_configure,

@@ -93,7 +93,8 @@ def _configure(values: dict[str, Any]) -> TranscriptionConfig | None:
          "reproducible_noise": values["reproducible_noise"] or None,
          "sample_source": None if source is None else str(source), **COMMAND.settings(values)},
         {"mode": values["privacy"].value, "epsilon": values["epsilon"], "delta": values["delta"],
-         "accounting": values["accounting"].value, **{name: values[name] for name in PRIVACY_NAMES}},
+         "accounting": values["accounting"].value, "accept_noise": values["accept_noise"] or None,
+         **{name: values[name] for name in PRIVACY_NAMES}},
         dp_teacher=Path(values["teacher"]).exists() and teacher_provenance(Path(values["teacher"])) is not None)
 
 
@@ -113,6 +114,9 @@ COMMAND = CommandSpec(
                                                 "default for --privacy none), pate (an ensemble answers every 25th "
                                                 "iteration only), dp-teacher (the default for a teacher that is a DP "
                                                 "release, without noise: free); combine: paper,engine", field=False),
+             Option("accept_noise", bool, False, "run even where the answers would be near random (refused by "
+                                                 "default, from the capacity bound or the response rate)",
+                    flags=("--accept-noise",), show_default=False, field=False),
              Option("accounting", Accounting, Accounting.sound, "sound (dp-accounting) or paper (reproduce the "
                                                                 "papers' tables)", field=False),
              *preset_options(PRESET_OPTIONS),

@@ -89,6 +89,8 @@ class PateConfig:
     query_selection: str = setting("random", "which public images are asked: random, or kmeans (the typical image "
                                              "of each of --queries k-means clusters; public, so free)")
     vote_margin: float = setting(0.0, "keep only answers whose noisy winner leads by this many sigmas (free)")
+    accept_noise: bool = setting(False, "run even where the answers would be near random (refused by default: "
+                                        "even a unanimous vote would rarely survive the noise)", show_default=False)
     vote_noise: str = setting("gaussian", "gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then the "
                                           "whole-number scale)")
     answer_targets: str = setting("argmax", "what the student learns from an answer: argmax (the noisy winner), or "
@@ -203,7 +205,8 @@ class PateConfig:
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
         """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
         return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
-                              num_candidates=num_classes, teachers=members, vote_noise=self.vote_noise)
+                              num_candidates=num_classes, teachers=members, vote_noise=self.vote_noise,
+                              accept_noise=self.accept_noise)
 
     def privacy_plan(self, members: int, num_classes: int, cost: Cost | None = None) -> PrivacyPlan:
         """One answer per query; planned once, before the ensemble's ledger reserves the release. `cost`: what the
@@ -445,6 +448,7 @@ class PateJob(Job):
                               f"{self.source.path} holds {len(self.source.labels)}: lower --queries")
         cost = None if self.source is None else self.source.cost(config.epsilon, config.delta)
         self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes, cost)
+        self.privacy_plan.refuse_near_random()
         self.ledger_dir = teacher_dir
         self.route = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
         self.planned = self.route if self.source is None else self.source.composed(self.route)

@@ -108,6 +108,7 @@ class TranscriptionJob(Job):
         self.dataset = evaluation_set(self.dataset_name, self.in_shape, num_classes) if self.dataset_name else None
         self.engine = TranscriptionEngine(config, self.teacher, self.in_shape, num_classes, self.dataset,
                                           out_dir / PRIVATE_DIR, progress)
+        self.engine.plan.refuse_near_random()
         self.ledger_dir = teacher_dir
         self.source = self.engine.samples
         if self.provenance is not None and self.source is not None:

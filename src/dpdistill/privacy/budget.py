@@ -33,6 +33,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy.preflight import gradient_advice, response_advice, vote_advice
 
 PrivacyMode = Literal["data", "label", "none"]
 # A teacher's (or one member's) answers can change arbitrarily when one of its examples changes, and with keyed
@@ -61,6 +62,7 @@ class PrivacyRequest:
     teachers: int = 1  # members of the teacher ensemble; label mode with more than one aggregates noisy votes
     vote_noise: str = "gaussian"  # votes: "gaussian" (GNMax, sigma its std) or "laplace" (LNMax, sigma its scale,
     # an integer)
+    accept_noise: bool = False  # run even where the answers would be near random (privacy/preflight.py)
 
     @property
     def votes(self) -> bool:
@@ -133,6 +135,25 @@ class PrivacyPlan:
     @property
     def epsilon0(self) -> float | None:
         return self.query.epsilon0 if isinstance(self.query, RandomizedResponseQuery) else None
+
+    def near_random(self) -> str | None:
+        """Why these answers would carry nothing, from public quantities alone (privacy/preflight.py); None where
+        they need not."""
+        request = self.request
+        if self.query is None:
+            return None
+        if isinstance(self.query, RandomizedResponseQuery):
+            return response_advice(self.query.epsilon0, self.query.num_candidates)
+        if request.votes:
+            return vote_advice(self.sigma, request.teachers, request.num_candidates, request.vote_noise,
+                               "the ensemble")
+        return gradient_advice(self.planned_queries, self.sigma, request.teachers, self.num_classes)
+
+    def refuse_near_random(self) -> None:
+        """Refuse a run whose answers would be near random, before it spends anything, unless accepted."""
+        advice = None if self.request.accept_noise else self.near_random()
+        if advice is not None:
+            raise PrivacyParameterError(advice)
 
     def epsilon(self, count: int) -> float:
         """Sound epsilon of `count` answers: infinite without a mechanism (the teacher read unprotected)."""
