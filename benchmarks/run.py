@@ -100,6 +100,7 @@ PATE_GROUP = "PATE on public images (accuracy on the other half of the test spli
 DEFAULT_POOL = 5000
 PUBLIC_POOL = {"mnist": 1000}
 TEACHER_COMMANDS = ("transcribe", "pate", "dgd")  # commands that read a teacher row's output instead of a data set
+NOISY_ANSWERS = (*TEACHER_COMMANDS, "federated")  # commands that refuse near-random answers unless accepted
 
 
 SMALL_GENERATOR = ("--set", "generator_width=64,32,16")  # 6x cheaper than the paper's generator
@@ -666,6 +667,8 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
         command += ["--baseline", str(out / run.baseline / "seed0")]
     if run.command == "federated" and run.teacher:  # the owners another row prepared: their ledger counts both
         command += ["--owners", str(out / run.teacher / "seed0-owners")]
+    if run.command in NOISY_ANSWERS:
+        command.append("--accept-noise")  # the table measures every setting, those refused as near random too
     if (directory / "resume").exists() or (directory / "private" / "resume").exists():  # unfinished state
         command.append("--resume")
     elif (directory / "report.json").exists():  # finished, but its measurement was lost: run it again
