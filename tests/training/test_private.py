@@ -32,7 +32,7 @@ from helpers import gdp_delta
 
 DELTA = 1e-5
 DIGITS_TRAIN = 1437
-TINY = {"dataset": "digits", "batch_size": 64, "lr": 3e-3}  # 23 Poisson batches an epoch
+TINY = {"dataset": "digits", "student_arch": "datalens", "batch_size": 64, "lr": 3e-3}  # 23 Poisson batches an epoch
 
 
 def _opacus_epsilon(accountant, noise_multiplier: float, sample_rate: float, steps: int) -> float:

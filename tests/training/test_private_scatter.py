@@ -20,18 +20,31 @@ from dpdistill.training.private import PrivateTrainingConfig, selection_note
 
 
 def test_scatter_students_default_to_tramer_and_boneh_recipe():
-    linear = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0)
-    assert (linear.batch_size, linear.max_grad_norm, linear.optimizer, linear.momentum, linear.lr, linear.epochs,
-            linear.train_layers) == (8192, 0.1, "sgd", 0.9, 8.0, 40, "head")
-    cnn = PrivateTrainingConfig(dataset="digits", student_arch="scatter-cnn", epsilon=1.0)
+    linear = PrivateTrainingConfig(dataset="digits", epsilon=1.0).fitted(60_000)  # the default student
+    assert (linear.student_arch, linear.batch_size, linear.max_grad_norm, linear.optimizer, linear.momentum, linear.lr,
+            linear.epochs, linear.train_layers) == ("scatter-linear", 8192, 0.1, "sgd", 0.9, 8.0, 40, "head")
+    cnn = PrivateTrainingConfig(dataset="digits", student_arch="scatter-cnn", epsilon=1.0).fitted(60_000)
     assert (cnn.optimizer, cnn.batch_size, cnn.train_layers) == ("sgd", 4096, "all")
-    other = PrivateTrainingConfig(dataset="digits", epsilon=1.0)  # other students keep the measured rows' defaults
+    other = PrivateTrainingConfig(dataset="digits", student_arch="datalens", epsilon=1.0).fitted(60_000)
     assert (other.batch_size, other.max_grad_norm, other.optimizer, other.lr, other.epochs,
-            other.train_layers) == (256, 1.0, "adam", 1e-3, 3, "all")
+            other.train_layers) == (256, 1.0, "adam", 1e-3, 3, "all")  # other students: the measured rows' defaults
     explicit = PrivateTrainingConfig(dataset="digits", student_arch="scatter-linear", epsilon=1.0, lr=0.5,
-                                     optimizer="adam")
+                                     optimizer="adam").fitted(60_000)
     assert (explicit.lr, explicit.optimizer, explicit.batch_size, explicit.momentum) == (0.5, "adam", 8192, 0.0)
     assert PrivateTrainingConfig.from_dict(linear.to_dict()) == linear  # saved resolved, resumed as saved
+    encoder = PrivateTrainingConfig(dataset="digits", epsilon=1.0, student_init="runs/encoder")
+    assert encoder.student_arch == "cnn"  # pretrain's default encoder
+
+
+def test_a_default_batch_keeps_the_recipes_sampling_rate_on_a_small_training_set():
+    """8,192 of 60,000 images a step (0.137); on digits' 1,437, 196 a step with the step scaled alike, not every
+    image every step; a batch or step given stays as given."""
+    small = PrivateTrainingConfig(dataset="digits", epsilon=1.0).fitted(1437)
+    assert small.batch_size == 196 and small.lr == pytest.approx(8.0 * 196 / 8192)
+    given = PrivateTrainingConfig(dataset="digits", epsilon=1.0, batch_size=512, lr=2.0).fitted(1437)
+    assert (given.batch_size, given.lr) == (512, 2.0)
+    adam = PrivateTrainingConfig(dataset="digits", student_arch="datalens", epsilon=1.0).fitted(1437)
+    assert (adam.batch_size, adam.lr) == (196, 1e-3)  # Adam's step does not scale with the batch
 
 
 @pytest.mark.parametrize("values, message", [

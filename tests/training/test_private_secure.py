@@ -31,7 +31,7 @@ from dpdistill.training.private import (TRAINERS, NoiseSourceDPOptimizer, NoiseS
 
 DELTA = 1e-5
 DIGITS_TRAIN = 1437
-TINY = {"dataset": "digits", "batch_size": 64, "lr": 3e-3}  # 23 Poisson batches an epoch
+TINY = {"dataset": "digits", "student_arch": "datalens", "batch_size": 64, "lr": 3e-3}  # 23 Poisson batches an epoch
 ONE_EPOCH = {**TINY, "epsilon": 10.0, "sigma": 1.0, "epochs": 1}
 
 

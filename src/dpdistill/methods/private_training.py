@@ -54,10 +54,12 @@ class PrivateTrainingJob(Job):
 
     def __init__(self, method: PrivateTrainingMethod, config: PrivateTrainingConfig, out_dir: Path,
                  progress: Progress | None) -> None:
-        self.method, self.config = method, config
         self.dataset = load_dataset(config.dataset)
+        train_size = declared_train_size(config, self.dataset)
+        config = config.fitted(train_size)  # what runs, and what config.json keeps
+        self.method, self.config = method, config
         started = time.perf_counter()
-        self.private_plan = plan_private_training(config, declared_train_size(config, self.dataset))
+        self.private_plan = plan_private_training(config, train_size)
         self.planning_seconds = time.perf_counter() - started
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)

@@ -104,7 +104,8 @@ class ReleaseJob(Job):
         self.config, self.out_dir, self.progress = config, out_dir, progress
         self.teacher_dir = out_dir / TEACHER_DIR
         dataset = load_dataset(config.teacher.dataset)
-        plan_private_training(config.teacher, declared_train_size(config.teacher, dataset))
+        self.teacher_size = declared_train_size(config.teacher, dataset)
+        plan_private_training(config.teacher, self.teacher_size)
         config.transcription.validate(dataset.num_classes)
         for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
             build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
@@ -119,7 +120,7 @@ class ReleaseJob(Job):
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
         outcome.privacy["ledger"] = ledger.standing(
             ledger.settle(self.out_dir, PrivateRelease.name, Release.post_processing(self.config.teacher.delta)))
-        outcome.report["notes"] = [note for note in (selection_note(self.config.teacher),) if note]
+        outcome.report["notes"] = [note for note in (selection_note(self.config.teacher.fitted(self.teacher_size)),) if note]
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"],
                                      "wall_seconds": teacher["timing"]["wall_seconds"]}

@@ -111,6 +111,13 @@ ARCH_TRAINING_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# A default batch keeps at most the scatter recipe's sampling rate (8,192 of Fashion-MNIST's 60,000 images) on a
+# smaller training set, and an SGD step its ratio to the batch: 8,192 images a step of 1,437 would be every image
+# every step, without amplification
+RECIPE_SAMPLE_RATE = 8192 / 60000
+STUDENT_DEFAULT, ENCODER_STUDENT_DEFAULT = "scatter-linear", "cnn"  # the latter: pretrain's default encoder
+
+
 # Settings chosen without noise on a data set's own training split (scatter_validation.py: the last 10,000
 # Fashion-MNIST training images): (student, data set) -> the (batch size, step, epochs) chosen there
 SELECTED_ON_PRIVATE_DATA = {("scatter-linear", "fmnist"): ((8192, 8.0, 40), (16384, 16.0, 160))}
@@ -142,13 +149,16 @@ class PrivateTrainingConfig:
                                                 "scatter-*]")
     beta: float = setting(1e-3, "dpdfd-direct: norm C of each output gradient")
     target_step: float = setting(0.1, "dpdfd-direct: gamma, step of the noisy gradient on the logits")
-    student_arch: str = setting("datalens", "the student transcription uses, or module:callable")
+    student_arch: str | None = setting(None, "the student: any registered architecture, or module:callable "
+                                             "[default: scatter-linear; with --student-init, cnn]")
     # None here and below: the student's default (ARCH_TRAINING_DEFAULTS)
     epochs: int | None = setting(None, "[default: 3, the benchmarks' dpsgd-eps* rows; 40 for scatter-*, Tramer & "
                                        "Boneh's recipe]", min=1)
     batch_size: int | None = setting(None, "expected batch size (Poisson sampling) [default: 256; 8192 for "
-                                           "scatter-linear, 4096 for scatter-cnn]", min=1)
-    lr: float | None = setting(None, "the learning rate [default: 1e-3; 8 for scatter-linear, 4 for scatter-cnn]")
+                                           "scatter-linear, 4096 for scatter-cnn; at most 0.137 of a smaller "
+                                           "training set]", min=1)
+    lr: float | None = setting(None, "the learning rate [default: 1e-3; 8 for scatter-linear, 4 for scatter-cnn, "
+                                     "SGD's scaled with a smaller default batch]")
     optimizer: str | None = setting(None, "adam or sgd, on the privatised gradient (post-processing) [default: "
                                           "adam; sgd for scatter-*]")
     momentum: float | None = setting(None, "sgd's momentum [default: 0; 0.9 for scatter-*]")
@@ -175,8 +185,11 @@ class PrivateTrainingConfig:
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
-        for name, value in {**TRAINING_DEFAULTS, **ARCH_TRAINING_DEFAULTS.get(self.student_arch, {})}.items():
-            if getattr(self, name) is None:
+        if self.student_arch is None:
+            object.__setattr__(self, "student_arch", STUDENT_DEFAULT if self.student_init is None
+                               else ENCODER_STUDENT_DEFAULT)
+        for name, value in self._defaults().items():
+            if getattr(self, name) is None and name not in SIZED:  # the batch and step: fitted to the data
                 object.__setattr__(self, name, value)  # frozen: the resolved value is what is saved and resumed
         if self.optimizer == "adam":
             if momentum_given and self.momentum:
@@ -203,13 +216,28 @@ class PrivateTrainingConfig:
         if self.sigma is not None and not 0 < self.sigma < float("inf"):
             raise PrivacyParameterError(f"sigma must be positive and finite, got {self.sigma}")
         for name in ("max_grad_norm", "beta", "target_step", "lr"):
-            if not getattr(self, name) > 0:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.dataset_size is not None and self.dataset_size < 1:
             raise ConfigError(f"--dataset-size must be at least 1, got {self.dataset_size}")
-        if self.epochs < 1 or self.batch_size < 1 or self.public_size < 1:
+        if self.epochs < 1 or (self.batch_size or 1) < 1 or self.public_size < 1:
             raise ConfigError(f"epochs, batch size and public size must be at least 1, got {self.epochs}, "
                               f"{self.batch_size} and {self.public_size}")
+
+    def _defaults(self) -> dict[str, Any]:
+        return {**TRAINING_DEFAULTS, **ARCH_TRAINING_DEFAULTS.get(self.student_arch, {})}
+
+    def fitted(self, train_size: int) -> "PrivateTrainingConfig":
+        """The settings a run on `train_size` (public: the declared size) uses: a batch not given is the student's
+        default, at most RECIPE_SAMPLE_RATE of the training set; a step not given is the default, scaled with
+        that batch for SGD (the noise on the mean gradient grows as the batch shrinks)."""
+        if self.batch_size is not None and self.lr is not None:
+            return self
+        defaults = self._defaults()
+        batch = self.batch_size or max(1, min(defaults["batch_size"], round(RECIPE_SAMPLE_RATE * train_size)))
+        lr = self.lr or (defaults["lr"] * batch / defaults["batch_size"] if self.optimizer == "sgd" and
+                         self.batch_size is None else defaults["lr"])
+        return dataclasses.replace(self, batch_size=batch, lr=lr)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -260,6 +288,7 @@ def declared_train_size(config: PrivateTrainingConfig, dataset: ImageDataset) ->
     return size
 
 
+SIZED = ("batch_size", "lr")  # resolved by `fitted`, once the training set's declared size is known
 MAX_SAMPLED_EPSILON = 1000.0  # beyond it the PLD accountant's grid needs tens of GiB (10^6: 48 GiB)
 
 
@@ -274,6 +303,7 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
         raise PrivacyParameterError(f"epsilon {config.epsilon:g} is above {MAX_SAMPLED_EPSILON:g}, the largest "
                                     f"budget DP-SGD's accountant calibrates noise for (it protects nothing "
                                     f"measurable): give the noise with --sigma, or train without privacy")
+    config = config.fitted(train_size)
     sample_rate, steps_per_epoch = opacus_sampling(train_size, config.batch_size)
     steps = config.epochs * steps_per_epoch
     if config.method == "dpsgd":
@@ -447,6 +477,7 @@ class PrivateTrainer:
 
     def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
                  progress: Progress | None = None) -> None:
+        config = config.fitted(plan.size)
         self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)  # initialisation and other non-private randomness only
