@@ -39,6 +39,49 @@ def test_redirected_lines_between_milestones_wait_for_the_interval(capsys):
     assert [line.split(" ")[1] for line in lines[1:-1]] == ["50/100"]  # the milestone only: no line per step
 
 
+def test_a_named_phase_counts_its_own_work_and_the_run_resumes_its_count_after_it(capsys):
+    _feed(ProgressDisplay("dpsgd on fmnist", 40, terminal=False, interval=0.0),
+          [{"epoch": 1}, {"phase": "features", "done": 256, "total": 512}, {"phase": "features", "done": 512,
+                                                                             "total": 512},
+           {"phase": "features", "cached": "9 MB kept in /cache"}, {"epoch": 2, "test_accuracy": 0.5}])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].startswith("dpsgd on fmnist 1/40 ")
+    assert lines[2].startswith("features 256/512 ") and lines[3].startswith("features 512/512 ")
+    assert lines[4].endswith("cached=9 MB kept in /cache")
+    assert lines[5].startswith("dpsgd on fmnist 2/40 ")  # the run's own count and total again
+
+
+def test_a_feature_pass_reports_its_progress_and_its_cache(tmp_path: Path, monkeypatch):
+    import torch
+
+    from dpdistill.models import features
+
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
+    monkeypatch.setattr(features, "_fixed_features", {})
+    records: list[dict] = []
+    images = torch.rand(600, 1, 8, 8)
+    features.frozen_features(torch.nn.Flatten(), images, torch.device("cpu"), fixed=True, progress=records.append)
+    assert [record["done"] for record in records if "done" in record] == [256, 512, 600]
+    assert records[-1]["cached"].startswith("0 MB kept in ") and "`dpdistill cache --clear`" in records[-1]["cached"]
+    assert len(features.cached_files()) == 1
+
+
+def test_the_feature_cache_keeps_under_its_limit_least_recently_used_first(tmp_path: Path, monkeypatch):
+    import os
+
+    from dpdistill.models import features
+
+    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
+    monkeypatch.setenv("DPDISTILL_CACHE_LIMIT_GB", str(2.5e-6))  # 2,500 bytes
+    folder = tmp_path / "features"
+    folder.mkdir()
+    for age, name in enumerate(["old", "middle", "new"]):
+        (folder / f"{name}.safetensors").write_bytes(b"x" * 1000)
+        os.utime(folder / f"{name}.safetensors", (age, age))
+    assert features.trim_cache(keep=folder / "old.safetensors") == 1  # the limit, never the file just stored
+    assert sorted(path.stem for path in features.cached_files()) == ["new", "old"]
+
+
 @pytest.mark.parametrize("terminal", [True, False])
 def test_quiet_shows_nothing(capsys, terminal: bool):
     _feed(ProgressDisplay("steps", 3, quiet=True, terminal=terminal, interval=0.0), [{"step": 1, "loss": 0.5}])

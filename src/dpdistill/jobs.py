@@ -200,7 +200,7 @@ def _train_head_ensemble(dataset: ImageDataset, settings: dict[str, Any], out_di
         encoder = load_encoder(Path(str(config.init)), config.arch, dataset.input_shape, dataset.num_classes)
     encoder = encoder.to(config.device)
     train_features = frozen_features(encoder.backbone, dataset.x_train, torch.device(config.device),
-                                     fixed=encoder.fixed_backbone)
+                                     fixed=encoder.fixed_backbone, progress=progress)
     weight, bias, training = train_heads(train_features, dataset.y_train, parts, dataset.num_classes, config,
                                          progress)
     ensemble = HeadEnsemble(encoder, weight, bias).eval()

@@ -1,5 +1,7 @@
 """How long work says how far it is: a callable taking one record per step (a dict such as {"epoch": 3, "total":
-10, "test_accuracy": 0.9}), and the one display that shows those records to a person.
+10, "test_accuracy": 0.9}), and the one display that shows those records to a person. A record naming a "phase"
+(features, members, answers) counts that phase's own work; the run's count resumes with its next record without
+one.
 
 The library prints nothing by itself: a run reports only to the callable it is given. The command line, and an
 API caller who passes `progress=True`, get a `ProgressDisplay` on stderr: a bar on a terminal, plain lines a log
@@ -21,11 +23,11 @@ Progress = Callable[[dict], None]
 # where a record says how far it is, and what a display shows beside the position
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
 SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
-              "confident_share", "loss", "vae_step", "vae_loss", "generator_step", "generator_loss")
+              "confident_share", "loss", "vae_step", "vae_loss", "generator_step", "generator_loss", "cached")
 # records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
 MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_step",
-                  "generator_step")
-LOG_INTERVAL_SECONDS = 30.0  # between two plain lines when no milestone comes
+                  "generator_step", "cached")
+LOG_INTERVAL_SECONDS = 10.0  # between two plain lines when no milestone comes
 
 
 def announce_start(progress: Progress | None) -> None:
@@ -52,6 +54,8 @@ class ProgressDisplay:
         self.first: tuple[float, int] | None = None  # when and where the count began: the rate is measured from there
         self.last_line = -float("inf")
         self.position: int | None = None
+        self.phase: str | None = None  # the named phase under way (None: the run's own count)
+        self.run_count: tuple[int | None, int | None] = (total, None)  # the run's total and position, kept meanwhile
         self.bar: Bar | None = None
         self.task = None
 
@@ -77,6 +81,8 @@ class ProgressDisplay:
     def __call__(self, record: dict) -> None:
         if self.quiet:
             return
+        if record.get("phase") != self.phase:
+            self._switch(record.get("phase"))
         self.total = record.get("total", self.total)
         position = next((record[key] for key in POSITION_KEYS if key in record), None)
         now = time.monotonic()
@@ -92,6 +98,15 @@ class ProgressDisplay:
             self.last_line = now
             self._line(self._plain(now, figures, started=False))
 
+    def _switch(self, phase: str | None) -> None:
+        """A named phase begins (its own count), or ends and the run's count resumes where it was."""
+        if self.phase is None:
+            self.run_count = (self.total, self.position)
+        self.phase, self.first = phase, None
+        self.total, self.position = (None, None) if phase is not None else self.run_count
+        if self.bar is not None:
+            self.bar.update(self.task, description=phase or self.description)
+
     def _draw(self, status: str) -> None:
         if self.bar is None:
             self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -106,10 +121,10 @@ class ProgressDisplay:
         """'phase position/total rate, ETA, elapsed, figures': the position first, where a log reader looks."""
         facts = []
         if self.position is None:
-            head = f"{self.description}:"
+            head = f"{self.phase or self.description}:"
             facts += ["started"] if started else []
         else:
-            head = f"{self.description} {self.position}/{'?' if self.total is None else self.total}"
+            head = f"{self.phase or self.description} {self.position}/{'?' if self.total is None else self.total}"
             moved, seconds = self.position - self.first[1], now - self.first[0]
             if moved > 0 and seconds > 0:
                 facts.append(f"{moved / seconds:.3g}/s")

@@ -78,6 +78,24 @@ def data_import(
                   highlight=False)
 
 
+@app.command("cache")
+@clear_errors
+def cache_command(clear: bool = typer.Option(False, "--clear", help="remove every stored feature file")) -> None:
+    """What the feature cache holds (fixed transforms' outputs of data sets: as private as the data), or empty it."""
+    from dpdistill.models.features import cache_limit, cached_files
+    from dpdistill.paths import features_home
+
+    files = cached_files()
+    size = sum(path.stat().st_size for path in files)
+    if clear:
+        for path in files:
+            path.unlink(missing_ok=True)
+        summary.print(f"removed {len(files)} file(s), {size / 1e9:.2f} GB, from {features_home()}", highlight=False)
+        return
+    print(f"{features_home()}: {len(files)} file(s), {size / 1e9:.2f} GB of a {cache_limit() / 1e9:g} GB limit "
+          f"($DPDISTILL_CACHE_LIMIT_GB; the least recently used go first)")
+
+
 @app.command("train-teacher")
 @clear_errors
 def train_teacher_command(

@@ -204,8 +204,8 @@ class MeanEmbeddingSynthesizer:
     def release(self) -> Tensor:
         """The noisy class-wise sums of phi (num_classes, dim): the run's only read of the private data."""
         dataset, device = self.dataset, self.device
-        coefficients = (frozen_features(self.embedding.scattering, dataset.x_train, device, fixed=True)
-                        if self.embedding.uses_scattering else None)
+        coefficients = (frozen_features(self.embedding.scattering, dataset.x_train, device, fixed=True,
+                                        progress=self.progress) if self.embedding.uses_scattering else None)
         sums = torch.zeros(dataset.num_classes, self.embedding.dim, device=device)
         with torch.no_grad():
             for start in range(0, len(dataset.y_train), SUM_BATCH):

@@ -502,8 +502,8 @@ class PrivateTrainer:
         if frozen is not None:
             frozen.requires_grad_(False)
             self.frozen.append(frozen)
-            inputs = frozen_features(frozen.to(self.device), dataset.x_train, self.device, fixed)
-            self.eval_inputs = frozen_features(frozen, self.x_eval, self.device, fixed)
+            inputs = frozen_features(frozen.to(self.device), dataset.x_train, self.device, fixed, progress)
+            self.eval_inputs = frozen_features(frozen, self.x_eval, self.device, fixed, progress)
         self.model, self.fixes = self._student(student.to(self.device).train())  # Opacus checks training mode
         self.trained: nn.Module = (self.model if frozen is None else self.model.head if config.train_layers == "head"
                                    else self.model.fixed_split()[1])
