@@ -1154,6 +1154,16 @@ def select(runs: list[Run], patterns: list[str]) -> list[Run]:
     return [run for run in runs if run.name in needed]
 
 
+def write_guide_figures(rows: list[dict]) -> None:
+    """The rows `dpdistill plan` cites (dpdistill/guide.py), with their accuracy, spread, seeds and wall time."""
+    from dpdistill.guide import FIGURES_FILE, guide_rows
+
+    cited = set(guide_rows())
+    figures = {row["run"]: {"accuracy": row["accuracy_mean"], "spread": row["accuracy_std"], "seeds": row["seeds"],
+                            "wall_seconds": row["wall_seconds"]} for row in rows if row["run"] in cited}
+    FIGURES_FILE.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny runs (smoke pass), results in runs/bench-quick")
@@ -1197,6 +1207,8 @@ def main(argv: list[str] | None = None) -> int:
     relation = json.loads((publish / "relation.json").read_text()) if (publish / "relation.json").exists() else {}
     write_markdown(render_headline(rows, args.quick, figure_link, os.path.relpath(full, markdown.parent), relation),
                    markdown)
+    if publish == ROOT / "benchmarks":  # `dpdistill plan` prints the published rows it cites
+        write_guide_figures(rows)
     print(f"{len(rows)} rows -> {out / 'results.json'}, {full}, {markdown}")
     if failed and not args.render_only:
         print("failed or missing: " + ", ".join(failed))

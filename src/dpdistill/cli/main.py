@@ -78,6 +78,47 @@ def data_import(
                   highlight=False)
 
 
+class Have(str, Enum):
+    model = "model"
+    data = "data"
+    public = "public"
+    owners = "owners"
+
+
+@app.command("plan")
+@clear_errors
+def plan_command(
+    dataset: str = typer.Option("fmnist", help="the data set you hold (the figures were measured on Fashion-MNIST)"),
+    epsilon: float = typer.Option(..., help="the privacy budget you can spend"),
+    have: Have = typer.Option(Have.data, help="model: a model trained without privacy; data: the private data; "
+                                              "public: the data and public unlabelled images; owners: several "
+                                              "data owners"),
+) -> None:
+    """The routes for your situation, best first, with what each measured (BENCHMARKS.md)."""
+    from dpdistill.guide import HAVE, MEASURED_ON, nearest_epsilon, plan
+    from dpdistill.privacy.accounting import validate_epsilon
+
+    validate_epsilon(epsilon)
+    routes = plan(dataset, epsilon, have.value)
+    measured = nearest_epsilon(epsilon)
+    print(f"You have {HAVE[have.value]}, and epsilon {epsilon:g}. Figures: Fashion-MNIST at a sound epsilon of "
+          f"{measured}{'' if dataset == MEASURED_ON else ' (measured there, not on ' + dataset + ': a guide only)'}"
+          f", rows of BENCHMARKS.md.")
+    for index, route in enumerate(routes, 1):
+        print(f"\n{index}. {route['route']}\n   {route['command']}")
+        if route["limit"]:
+            print(f"   cannot help: {route['limit']} (measured {_measured(route)})")
+        else:
+            print(f"   measured {_measured(route)}")
+
+
+def _measured(route: dict) -> str:
+    if route["accuracy"] is None:
+        return f"row `{route['row']}`: not measured yet"
+    spread = f" ± {route['spread']:.2f}" if route["spread"] else ""
+    return f"{route['accuracy']:.2f}%{spread} in {route['minutes']:.0f} min on 2 cores (row `{route['row']}`)"
+
+
 @app.command("cache")
 @clear_errors
 def cache_command(clear: bool = typer.Option(False, "--clear", help="remove every stored feature file")) -> None:
