@@ -198,11 +198,17 @@ DATALENS_QUICK = ("--steps", "2", "--teachers", "50", "--synthetic-size", "500",
 
 def datalens_rows(dataset: str, headline_seeds: int) -> list[Run]:
     """DataLens at the official code's command (`--preset paper`: 4,000 teachers, as many steps as the budget
-    affords), its synthetic set scored by the classifier trained on it alone (final model, real test split)."""
-    return [Run(f"datalens-paper-eps{epsilon}-{dataset}", "DataLens private synthetic data (classifier trained on it)",
-                dataset, ("--epsilon", epsilon, "--preset", "paper"), headline_seeds,
-                PAPER_DATALENS.get((dataset, epsilon)), command="synthesize", quick_args=DATALENS_QUICK)
-            for epsilon in ("1", "10")]
+    affords; its weights need a GPU's memory), at `--preset cpu` (an hour on two cores at epsilon 10), and its
+    control without noise, each synthetic set scored by the classifier trained on it alone (final model, real test
+    split)."""
+    group = "DataLens private synthetic data (classifier trained on it)"
+    return [*(Run(f"datalens-paper-eps{epsilon}-{dataset}", group, dataset, ("--epsilon", epsilon, "--preset", "paper"),
+                  headline_seeds, PAPER_DATALENS.get((dataset, epsilon)), command="synthesize",
+                  quick_args=DATALENS_QUICK) for epsilon in ("1", "10")),
+            Run(f"datalens-cpu-eps10-{dataset}", group, dataset, ("--epsilon", "10", "--preset", "cpu"),
+                headline_seeds, PAPER_DATALENS.get((dataset, "10")), command="synthesize", quick_args=DATALENS_QUICK),
+            Run(f"datalens-control-{dataset}", group + ": the control, votes without noise (no guarantee)", dataset,
+                ("--preset", "control"), headline_seeds, command="synthesize", quick_args=DATALENS_QUICK)]
 
 
 DPMERF_QUICK = ("--steps", "2", "--synthetic-size", "100", "--set", "student_epochs=1")

@@ -1,8 +1,9 @@
-"""DataLens on 2 cores: seconds per teacher step and per generator (query) step as the number of teachers N grows,
-at the paper preset's shapes (batch 15, 15 real images per teacher, top-k 350, 32 hidden units), and how many
-generator steps the sound budget affords at the paper preset's sigma.
+"""DataLens on one CPU thread: seconds per teacher step, per query and per generator step (its teacher steps and
+its query) of a preset on Fashion-MNIST at N teachers, scaled linearly to the preset's own N (the paper's 4,000
+conditional DCGAN teachers hold about 36 GB of weights and Adam moments: more than a small machine has), and the
+generator steps the sound budget affords at epsilon 1 and 10.
 
-    .venv/bin/python benchmarks/experiments/datalens_speed.py [N ...]
+    .venv/bin/python benchmarks/experiments/datalens_speed.py PRESET [N ...]
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
+
+import torch
 
 from dpdistill.data import load_dataset
 from dpdistill.methods.datalens import build_datalens_config
 from dpdistill.training.datalens import DataLensTrainer, plan_datalens
 
 
-def seconds(step, repeats: int = 3) -> float:
+def seconds(step: Callable[[], object], repeats: int = 2) -> float:
     step()  # warm-up
     started = time.perf_counter()
     for _ in range(repeats):
@@ -25,20 +29,26 @@ def seconds(step, repeats: int = 3) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-def main(teachers: list[int]) -> None:
+def main(preset: str, teachers: list[int]) -> None:
+    torch.set_num_threads(1)
     dataset = load_dataset("fmnist")
     for epsilon in (1.0, 10.0):
-        plan = plan_datalens(build_datalens_config("paper", {"dataset": "fmnist", "epsilon": epsilon}))
-        print(f"paper preset, epsilon {epsilon:g}: sigma {plan.sigma:g}, {plan.steps} generator steps "
+        plan = plan_datalens(build_datalens_config(preset, {"dataset": "fmnist", "epsilon": epsilon}))
+        print(f"{preset} preset, epsilon {epsilon:g}: sigma {plan.sigma:g}, {plan.steps} generator steps "
               f"({plan.queries} samples), sound epsilon {plan.epsilon(1e-5):.4f}")
-    print("| N | teacher step (s) | generator step (s) |\n| --- | --- | --- |")
-    for count in teachers:
-        config = build_datalens_config("paper", {"dataset": "fmnist", "epsilon": 10.0, "teachers": count})
+    own = build_datalens_config(preset, {"dataset": "fmnist", "epsilon": 10.0})
+    print(f"| N | teacher step (s) | query (s) | generator step (s) | at N = {own.teachers}: a step (s), "
+          f"{plan.steps} steps (h) |\n| --- | --- | --- | --- | --- |")
+    for count in teachers or [own.teachers]:
+        config = build_datalens_config(preset, {"dataset": "fmnist", "epsilon": 10.0, "teachers": count})
         with tempfile.TemporaryDirectory() as state:
             trainer = DataLensTrainer(config, dataset, plan_datalens(config), Path(state))
-            print(f"| {count} | {seconds(trainer._teacher_step):.2f} | {seconds(trainer._generator_step):.2f} |",
-                  flush=True)
+            teacher, query = seconds(trainer._teacher_step), seconds(trainer._generator_step)
+        step = config.discriminator_steps * teacher + query
+        scaled = step * own.teachers / count
+        print(f"| {count} | {teacher:.2f} | {query:.2f} | {step:.2f} | {scaled:.1f}, {scaled * plan.steps / 3600:.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
-    main([int(arg) for arg in sys.argv[1:]] or [250, 1000, 4000])
+    main(sys.argv[1] if len(sys.argv) > 1 else "paper", [int(arg) for arg in sys.argv[2:]])

@@ -24,7 +24,8 @@ from helpers import built_once
 runner = CliRunner()
 TINY = ("--dataset", "digits", "--teachers", "10", "--top-k", "16", "--synthetic-size", "600",
         "--set", "student_epochs=4", "--set", "teacher_warmup=20", "--set", "generator_hidden=64",
-        "--set", "generator_width=16", "--set", "discriminator_hidden=16", "--set", "teacher_batch=16")
+        "--set", "generator_width=16", "--set", "discriminator_width=8", "--set", "discriminator_hidden=16",
+        "--set", "teacher_batch=16")
 
 
 def invoke(*args):

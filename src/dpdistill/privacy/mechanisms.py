@@ -87,8 +87,13 @@ def thresholded_noisy_votes(votes: Tensor, sigma: float, threshold: float, noise
     sum reaches `threshold`, -1 where it reaches -`threshold`, 0 elsewhere."""
     if not sigma > 0 or not math.isfinite(sigma):
         raise PrivacyParameterError(f"the vote noise sigma must be positive and finite, got {sigma}")
-    noisy = votes + noise.normal(votes.shape, sigma, votes.device)
-    return (noisy >= threshold).to(votes.dtype) - (noisy <= -threshold).to(votes.dtype)
+    return threshold_votes(votes + noise.normal(votes.shape, sigma, votes.device), threshold)
+
+
+def threshold_votes(votes: Tensor, threshold: float) -> Tensor:
+    """+1 where the summed votes reach `threshold`, -1 where they reach -`threshold`, 0 elsewhere: TopAgg's
+    post-processing, and on its own (no noise) the control's release, which guarantees nothing."""
+    return (votes >= threshold).to(votes.dtype) - (votes <= -threshold).to(votes.dtype)
 
 
 def randomized_response_probabilities(epsilon0: float, num_candidates: int | Tensor) -> tuple[float | Tensor, float | Tensor]:
