@@ -34,6 +34,19 @@ def _threads():
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
+@pytest.fixture(autouse=True)
+def _near_random_answers_allowed(request, monkeypatch):
+    """Most tests run tiny settings whose answers are near random on purpose: they check mechanics, accounting and
+    resumption, not accuracy. The pre-flight refusal is checked by the tests marked `preflight` (and by every test
+    that runs a command in another process, which passes --accept-noise where it means to)."""
+    if request.node.get_closest_marker("preflight") is None:
+        from dpdistill.federated import method as federated_method
+        from dpdistill.privacy.budget import PrivacyPlan
+
+        monkeypatch.setattr(PrivacyPlan, "refuse_near_random", lambda plan: None)
+        monkeypatch.setattr(federated_method, "refuse_near_random", lambda config, advice: None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ledgers_of_the_session(tmp_path_factory):
     """The data sets' ledgers of this session's runs, apart from the machine's own (a total a test sets there

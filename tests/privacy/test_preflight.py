@@ -45,6 +45,7 @@ def test_data_mode_is_refused_below_the_bits_that_name_the_classes():
     assert gradient_advice(51_200, 226.0, 50, 10) is None  # 50 members: 2,500 times the capacity
 
 
+@pytest.mark.preflight
 def test_a_plan_refuses_near_random_answers_unless_accepted():
     request = PrivacyRequest(mode="data", epsilon=10.0)
     plan = plan_privacy(request, 10, 256, 200)
