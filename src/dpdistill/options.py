@@ -75,7 +75,7 @@ def out_option(help: str) -> Option:
 
 
 def resume_option(help: str = "continue the interrupted run in --out") -> Option:
-    return Option("resume", bool, False, help, field=False)
+    return Option("resume", bool, False, help, flags=("--resume",), show_default=False, field=False)
 
 
 def preset_options(declared: dict[str, tuple[type, str]]) -> tuple[Option, ...]:

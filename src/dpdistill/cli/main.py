@@ -60,7 +60,9 @@ def data_import(
     channels: Optional[int] = typer.Option(None, help="1 (grey) or 3 (RGB) [default: 1 where every image is grey]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT if it exists"),
 ) -> None:
-    """Read a folder of images by class into one .npz: class folders sorted give the labels."""
+    """Read a folder of images by class into one .npz.
+
+    The class folders' names, sorted, give the labels."""
     from dpdistill.data.folders import is_image_folder, parse_size
     from dpdistill.data.sources import import_image_folder
 
@@ -94,7 +96,9 @@ def plan_command(
                                               "public: the data and public unlabelled images; owners: several "
                                               "data owners"),
 ) -> None:
-    """The routes for your situation, best first, with what each measured (BENCHMARKS.md)."""
+    """Which route fits what you have, and what it measured.
+
+    Best first, from the rows of BENCHMARKS.md (Fashion-MNIST)."""
     from dpdistill.guide import HAVE, MEASURED_ON, nearest_epsilon, plan
     from dpdistill.privacy.accounting import validate_epsilon
 
@@ -122,7 +126,9 @@ def _measured(route: dict) -> str:
 @app.command("cache")
 @clear_errors
 def cache_command(clear: bool = typer.Option(False, "--clear", help="remove every stored feature file")) -> None:
-    """What the feature cache holds (fixed transforms' outputs of data sets: as private as the data), or empty it."""
+    """Show or empty the feature cache.
+
+    Fixed transforms' outputs of data sets: as private as the data."""
     from dpdistill.models.features import cache_limit, cached_files
     from dpdistill.paths import features_home
 

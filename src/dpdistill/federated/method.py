@@ -408,7 +408,7 @@ COMMAND = CommandSpec(
              *field_options(FederatedConfig, ("method", "epsilon", "delta", "dirichlet_alpha", "dropouts", "colluders",
                                               "engine")),
              Option("owners", Path | None, None, "the owners' directory: reused if prepared, its ledger counting "
-                                                 "every run [default: OUT-owners]", field=False),
+                                                 "every run [default: beside --out, named after it]", field=False),
              *field_options(FederatedConfig, ("members_per_owner", "queries", "iterations", "student_arch",
                                               "accept_noise", "seed", "device")),
              set_option("any other setting, KEY=VALUE (repeatable), e.g. teacher_init=scatter, batch_size=256"),

@@ -53,7 +53,7 @@ from dpdistill.privacy.ledger import Release, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
-from dpdistill.reporting.pate import pate_markdown
+from dpdistill.reporting.pate import pate_markdown, save_vote_leads
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.semi_supervised import ConsistencyConfig, manifold_triples, train_consistency
 from dpdistill.training.teacher import TeacherConfig, load_encoder, train_classifier
@@ -61,6 +61,7 @@ from dpdistill.training.vae import VaeConfig
 
 
 ANSWERS_FILE = "answers.safetensors"
+ANSWERS_FIGURE = "answers.png"  # the noisy winners' leads, in noise standard deviations
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
 ANSWER_TARGETS = ("argmax", "posterior")
@@ -513,8 +514,9 @@ class PateJob(Job):
                   "history": history, "resumed": resume}
 
         def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
-            """The noisy answers are a release: keep them."""
+            """The noisy answers are a release: keep them, and show how far each winner led (a public figure)."""
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
+            save_vote_leads(answers.votes, plan.sigma, config.vote_margin, out_dir / ANSWERS_FIGURE)
 
         return Outcome(
             report=report, privacy={**privacy, **self.partition},

@@ -17,10 +17,14 @@ from dpdistill.progress import Progress
 from dpdistill.reporting.private_training import private_training_markdown
 from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
+from dpdistill.reporting.report import save_accuracy_curve
 from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, declared_train_size,
                                        plan_private_training, selection_note)
 
 PUBLIC_START = "; its starting encoder saw public images only"
+
+
+TRAINING_FIGURE = "training.png"  # test accuracy after each epoch
 
 
 class PrivateTrainingMethod(Method):
@@ -86,4 +90,6 @@ class PrivateTrainingJob(Job):
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
             covers=method.covers + (PUBLIC_START if config.student_init else ""),
             models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
-            private_record=lambda: result.private_figures)
+            private_record=lambda: result.private_figures,
+            write_files=lambda out_dir, written: save_accuracy_curve(written["history"], "epoch",
+                                                                     out_dir / TRAINING_FIGURE))

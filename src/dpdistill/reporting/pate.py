@@ -4,9 +4,13 @@ student's rounds, also federated PATE's) is in `report.py`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from dpdistill.reporting.report import guarantee, number, paper_epsilon_row, percent, sample_source_rows, student_rounds
+from torch import Tensor
+
+from dpdistill.reporting.report import (guarantee, number, paper_epsilon_row, percent, pyplot, sample_source_rows,
+                                       student_rounds)
 
 
 PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), ("budget_epsilon", "budget"),
@@ -58,6 +62,24 @@ def dgd_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines + _answers_and_rounds(report, config["labelling"])) + "\n"
 
 
+def save_vote_leads(votes: Tensor, sigma: float, margin: float, path: Path) -> None:
+    """How far each released noisy winner led the runner-up, in noise standard deviations: answers near 0 are
+    nearly coin flips, answers far right survived the noise (computed from the released histograms only)."""
+    top = votes.float().topk(2, dim=1).values
+    leads = ((top[:, 0] - top[:, 1]) / sigma).numpy()
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3))
+    axis.hist(leads, bins=40)
+    if margin:
+        axis.axvline(margin, color="black", linestyle="--", label=f"kept from {margin:g} sigmas")
+        axis.legend()
+    axis.set_xlabel("noisy winner's lead over the runner-up (noise standard deviations)", fontsize=7)
+    axis.set_ylabel("answers")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     """PATE's and DGD's figures: the student, the answers, the budget, the student's rounds (`settings`: PATE's)."""
     privacy, accuracy = report["privacy"], report["accuracy"]
@@ -70,7 +92,9 @@ def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> lis
     timing = report["timing"]
     lines += [f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{timing['wall_seconds']:.1f} s |",
-              f"| of which voting and noise | {timing['release_seconds']:.1f} s |",
+              f"| of which voting and noise | {timing['release_seconds']:.1f} s |", "",
+              "How far each released noisy winner led the runner-up, in noise standard deviations (near 0: a coin "
+              "flip; from the released answers alone):", "", "![the answers' leads](answers.png)",
               "", "## Student rounds", "",
               "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
               "student labels confidently (post-processing: no further answers)."

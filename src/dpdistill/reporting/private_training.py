@@ -46,7 +46,8 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     timing = report["timing"]
     lines += [f"| wall time (training, this session) | {timing['wall_seconds']:.1f} s |",
               f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
-              "", "## Epochs", "", "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
+              "", "## Epochs", "", "![test accuracy after each epoch](training.png)", "",
+              "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {percent(r['test_accuracy'])} | {r['steps']} |" for r in report["history"]]
     lines += ["", "## Settings", "", "```json", json.dumps(as_written(config), indent=2), "```", "",
               f"Seed {report['seed']} (initialisation only). Noise and sampling: {privacy['noise']}. "

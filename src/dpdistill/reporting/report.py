@@ -93,6 +93,21 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
     plt.close(figure)
 
 
+def save_accuracy_curve(history: list[dict], x_key: str, path: Path) -> None:
+    """Test accuracy over `x_key` (epochs, rounds): the figure of a run that learns in a few evaluated steps."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3))
+    evaluated = [record for record in history if record.get("test_accuracy") is not None]
+    axis.plot([record[x_key] for record in evaluated], [100 * record["test_accuracy"] for record in evaluated],
+              marker="o")
+    axis.set_xlabel(x_key)
+    axis.set_ylabel("test accuracy (%)")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def save_training_curve(history: list[dict], path: Path) -> None:
     """Student test accuracy and losses over iterations."""
     evaluated = [record for record in history if record.get("student_accuracy") is not None]
