@@ -35,16 +35,21 @@ def _threads():
 
 
 @pytest.fixture(autouse=True)
-def _near_random_answers_allowed(request, monkeypatch):
+def _near_random_answers_allowed(request):
     """Most tests run tiny settings whose answers are near random on purpose: they check mechanics, accounting and
     resumption, not accuracy. The pre-flight refusal is checked by the tests marked `preflight` (and by every test
-    that runs a command in another process, which passes --accept-noise where it means to)."""
-    if request.node.get_closest_marker("preflight") is None:
-        from dpdistill.federated import method as federated_method
-        from dpdistill.privacy.budget import PrivacyPlan
+    that runs a command in another process, which passes --accept-noise where it means to). Its own patch: a test
+    that undoes its monkeypatch keeps this one."""
+    if request.node.get_closest_marker("preflight") is not None:
+        yield
+        return
+    from dpdistill.federated import method as federated_method
+    from dpdistill.privacy.budget import PrivacyPlan
 
-        monkeypatch.setattr(PrivacyPlan, "refuse_near_random", lambda plan: None)
-        monkeypatch.setattr(federated_method, "refuse_near_random", lambda config, advice: None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PrivacyPlan, "refuse_near_random", lambda plan: None)
+        patch.setattr(federated_method, "refuse_near_random", lambda config, advice: None)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -185,7 +185,7 @@ def _every(console: Console, position: str, period: int, accuracy: str) -> Progr
     """Print every `period`-th progress record's position and accuracy: a few minutes' run shows that it moves."""
 
     def show(record: dict) -> None:
-        if record[position] % period == 0:
+        if position in record and record[position] % period == 0:  # a named phase's records count other work
             measured = record.get(accuracy)
             shown = "" if measured is None else f": test accuracy {100 * measured:.1f}%"
             console.print(f"  {position} {record[position]}{shown}", highlight=False)

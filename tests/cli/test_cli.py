@@ -419,7 +419,8 @@ def test_dgd_error_paths(digits_teacher: Path, digits_ensemble: Path, tmp_path: 
     (("--method", "pate", "--epsilon", "1", "--teachers", "1"), "at least 2"),
     (("--method", "pate", "--epsilon", "1", "--canaries", "200", "--set", "queries=0"), "queries"),
     (("--method", "dpsgd", "--epsilon", "1", "--teachers", "5"), "drop --teachers"),
-    (("--method", "dgd", "--epsilon", "1", "--student-arch", "cnn"), "student_arch="),
+    (("--method", "datalens", "--epsilon", "1", "--canaries", "200", "--student-arch", "cnn"),
+     "no setting 'student_arch'"),
 ])
 def test_audit_error_paths(tmp_path: Path, extra, message):
     result = invoke("audit", "--dataset", "digits", "--out", tmp_path / "audit", *extra)

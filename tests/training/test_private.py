@@ -229,7 +229,7 @@ def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
 
 @pytest.mark.slow
 def test_private_dpsgd_fixes_batchnorm_and_the_student_loads(tmp_path: Path):
-    report = train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1, student_arch="cnn"),
+    report = train_private(PrivateTrainingConfig(**{**TINY, "student_arch": "cnn"}, epsilon=10.0, sigma=1.0, epochs=1),
                            tmp_path)
     assert report["notes"] and all("BatchNorm2d -> GroupNorm" in note for note in report["notes"])
     assert json.loads((tmp_path / "student.json").read_text())["opacus_fixed"] is True
@@ -242,8 +242,8 @@ def _frozen_weights(model_state: dict, encoder_state: dict, prefix: str) -> bool
 
 @pytest.mark.slow
 def test_private_linear_probe_learns_only_the_head_of_the_public_encoder(tmp_path: Path, digits_encoder: Path):
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, epochs=5, student_arch="cnn", student_init=str(digits_encoder),
-                                   train_layers="head", public_size=200)
+    config = PrivateTrainingConfig(**{**TINY, "student_arch": "cnn"}, epsilon=10.0, epochs=5,
+                                   student_init=str(digits_encoder), train_layers="head", public_size=200)
     report = train_private(config, tmp_path)
     encoder = load_file(digits_encoder / "encoder.safetensors")
     student = load_file(tmp_path / "student.safetensors")
@@ -264,7 +264,7 @@ def test_private_linear_probe_learns_only_the_head_of_the_public_encoder(tmp_pat
 
 @pytest.mark.slow
 def test_private_training_from_the_encoder_keeps_its_batchnorm_statistics(tmp_path: Path, digits_encoder: Path):
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1, student_arch="cnn",
+    config = PrivateTrainingConfig(**{**TINY, "student_arch": "cnn"}, epsilon=10.0, sigma=1.0, epochs=1,
                                    student_init=str(digits_encoder), public_size=200)
     report = train_private(config, tmp_path)
     encoder = load_file(digits_encoder / "encoder.safetensors")
@@ -290,13 +290,13 @@ def test_private_report_says_which_test_images_measure_accuracy(tmp_path: Path):
                                                            "pool (its first 200 test images)")
     other = tmp_path / "public.npz"
     np.savez(other, x_train=np.zeros((300, 8, 8), dtype=np.uint8), y_train=np.arange(300) % 2,
-             x_test=np.zeros((10, 8, 8), dtype=np.uint8), y_test=np.zeros(10, dtype=np.int64))
+             x_test=np.zeros((10, 8, 8), dtype=np.uint8), y_test=np.arange(10) % 2)
     assert public_split(digits, str(other), 250).measured_on == ("the whole test split of digits (360 images); the "
                                                                  "public pool is public's first 250 training images")
 
 
 def test_private_training_refuses_an_encoder_of_another_pool(tmp_path: Path, digits_encoder: Path):
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, student_arch="cnn",
+    config = PrivateTrainingConfig(**{**TINY, "student_arch": "cnn"}, epsilon=10.0, sigma=1.0,
                                    student_init=str(digits_encoder), public_size=100)
     with pytest.raises(ConfigError, match="was pretrained on 'the first 200 test images of digits"):
         train_private(config, tmp_path)

@@ -115,7 +115,7 @@ def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypat
 
 
 def test_settings_chosen_on_the_private_data_are_stated_where_they_are_used():
-    defaults = PrivateTrainingConfig(dataset="fmnist", epsilon=1.0, student_arch="scatter-linear")
+    defaults = PrivateTrainingConfig(dataset="fmnist", epsilon=1.0, student_arch="scatter-linear").fitted(60_000)
     assert "chosen without noise on the last 10,000 images of fmnist's own training split" in selection_note(defaults)
     longer = dataclasses.replace(defaults, batch_size=16384, lr=16.0, epochs=160)
     assert selection_note(longer) is not None
