@@ -1,6 +1,7 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
-of IDX files, a sample source as `dpdistill synthesize` writes it, and costly fixtures built once for all workers."""
+of IDX files, a sample source as `dpdistill synthesize` writes it, costly fixtures built once for all workers, and
+the benchmark harness as a module."""
 
 from __future__ import annotations
 
@@ -180,3 +181,16 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
             build(partial)
             partial.rename(built)
     return Path(shutil.copytree(built, tmp_path_factory.mktemp(name) / name))
+
+
+def benchmark_harness():
+    """benchmarks/run.py as a module (it is a script, not a package)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("benchmark_harness", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

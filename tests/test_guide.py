@@ -1,23 +1,19 @@
 """`dpdistill plan`: the routes for a user's situation with the figures of the benchmark rows they cite."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
 from dpdistill.guide import FIGURES_FILE, guide_rows, plan
+from helpers import benchmark_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_cited_row_is_a_benchmark_row_with_its_published_figure():
-    spec = importlib.util.spec_from_file_location("benchmark_harness_guide", ROOT / "benchmarks" / "run.py")
-    harness = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = harness  # dataclasses look their module up
-    spec.loader.exec_module(harness)
+    harness = benchmark_harness()
     names = {run.name for run in harness.table(("fmnist",), 1)}
     assert set(guide_rows()) <= names
     published = {row["run"]: row for row in json.loads((ROOT / "benchmarks" / "results.json").read_text())}

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from dpdistill.errors import ConfigError
 from dpdistill.progress import Progress
-from dpdistill.settings import parse_assignments, parse_value
+from dpdistill.settings import parse_assignments, parse_typed
 
 HELP, MIN, SHOW_DEFAULT = "help", "min", "show_default"
 REQUIRED = ...  # a setting the caller must give
@@ -153,17 +153,9 @@ class CommandSpec:
         value, parsed as its default is typed."""
         if any(option.name == "set_" for option in self.options):
             return {"set_": list(settings)}
-        fields = {option.name: option for option in self.options if option.field}
-        values = {}
-        for assignment in settings:
-            key, separator, text = assignment.partition("=")
-            key = key.strip().replace("-", "_")
-            if not separator or key not in fields:
-                raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(fields)}")
-            option = fields[key]
-            default = dataclasses.MISSING if option.default is REQUIRED else option.default
-            values[key] = parse_value(key, text.strip(), default, str(option.annotation))
-        return values
+        typed = {option.name: (dataclasses.MISSING if option.default is REQUIRED else option.default,
+                               str(option.annotation)) for option in self.options if option.field}
+        return parse_typed(settings, typed)
 
     def settings(self, values: dict[str, Any], kind: type | None = None) -> dict[str, Any]:
         """The fields of `kind` (the first settable configuration unless told) set beyond the options: --set's

@@ -15,16 +15,22 @@ OWN_OPTIONS = ("privacy", "sample_source", "method")
 def parse_assignments(assignments: list[str], kind: type) -> dict[str, Any]:
     """Each `KEY=VALUE` as a value of the field KEY of the dataclass `kind`, parsed as its default is typed; an
     unknown key or a value of the wrong type is a ConfigError naming what it expects."""
-    fields = {f.name: f for f in dataclasses.fields(kind) if f.name not in OWN_OPTIONS}
+    typed = {field.name: (field.default_factory() if field.default_factory is not dataclasses.MISSING
+                           else field.default, str(field.type))
+             for field in dataclasses.fields(kind) if field.name not in OWN_OPTIONS}
+    return parse_typed(assignments, dict(sorted(typed.items())))
+
+
+def parse_typed(assignments: list[str], typed: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    """Each `KEY=VALUE` as a value of KEY, parsed as `typed[KEY]` (its default and annotation) says."""
     values: dict[str, Any] = {}
     for assignment in assignments:
         key, separator, text = assignment.partition("=")
         key = key.strip().replace("-", "_")
-        if not separator or key not in fields:
-            raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        field = fields[key]
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
-        values[key] = parse_value(key, text.strip(), default, str(field.type))
+        if not separator or key not in typed:
+            raise ConfigError(f"cannot set {assignment!r}: use KEY=VALUE with KEY one of {', '.join(typed)}")
+        default, annotation = typed[key]
+        values[key] = parse_value(key, text.strip(), default, annotation)
     return values
 
 

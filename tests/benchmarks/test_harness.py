@@ -1,26 +1,18 @@
 """The benchmark harness: one quick pass on digits runs, measures, renders, and resumes without rerunning."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import benchmark_harness
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("benchmark_harness", ROOT / "benchmarks" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
 def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
-    harness = _harness()
+    harness = benchmark_harness()
     markdown = tmp_path / "BENCHMARKS.md"
     markdown.write_text("# Benchmarks\n\nwritten by hand\n")
     argv = ["--quick", "--datasets", "digits", "--only", "upper-bound-digits,dpsd-label-eps1-*", "--out",
@@ -55,7 +47,7 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
 
 
 def test_a_partial_pass_replaces_its_rows_and_keeps_the_others_under_their_current_group():
-    harness = _harness()
+    harness = benchmark_harness()
     groups = {run.name: run.group for run in harness.table(("fmnist", "mnist"), 1)}
     previous = [{"run": "teacher-mnist", "group": "renamed since", "v": 0}, {"run": "upper-bound-fmnist", "v": 1},
                 {"run": "retired-row"}]
@@ -66,7 +58,7 @@ def test_a_partial_pass_replaces_its_rows_and_keeps_the_others_under_their_curre
 
 
 def test_a_selection_brings_the_teachers_it_reads_and_no_others():
-    harness = _harness()
+    harness = benchmark_harness()
     runs = harness.table(("fmnist",), 1)
 
     def names(pattern: str) -> list[str]:
@@ -131,7 +123,7 @@ def test_each_data_set_has_one_public_pool_that_leaves_half_its_test_split_for_a
     from dpdistill.defaults import PUBLIC_POOL_SIZE
     from dpdistill.methods.pate import PateConfig
 
-    harness = _harness()
+    harness = benchmark_harness()
     assert harness.DEFAULT_POOL == PUBLIC_POOL_SIZE and PateConfig(epsilon=1.0).public_size is None  # the default
     test_split = {"fmnist": 10_000, "mnist": 2_000}  # the 10,000-image MNIST set keeps 2,000 for testing
 
@@ -158,7 +150,7 @@ def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_i
     from dpdistill.jobs import train_teacher_ensemble
     from dpdistill.training.teacher import TeacherConfig
 
-    harness = _harness()
+    harness = benchmark_harness()
     directory = tmp_path / "bench" / "teachers-10-digits" / "seed0"
 
     def stop(record: dict) -> None:
@@ -178,7 +170,7 @@ def test_an_interrupted_row_is_resumed_and_marked_and_feeds_the_rows_that_read_i
 
 
 def test_the_headline_names_rows_of_the_table_and_stays_a_short_report():
-    harness = _harness()
+    harness = benchmark_harness()
     names = {run.name for run in harness.table(("fmnist", "mnist"), 1)}
     chosen = [target.row for target in harness.TARGETS]
     chosen += [name.format(d=d) for d in ("fmnist", "mnist") for *_, names_ in harness.ROUTES for name in names_]
@@ -204,7 +196,7 @@ def test_the_headline_names_rows_of_the_table_and_stays_a_short_report():
 
 
 def test_a_target_is_met_or_missed_by_its_gap():
-    harness = _harness()
+    harness = benchmark_harness()
     row = {"run": "r", "dataset": "fmnist", "seeds": [0, 1], "accuracy_mean": 87.5, "accuracy_std": 0.5,
            "wall_seconds": 700.0, "privacy_mode": "none", "epsilon": None, "covered": None, "command": "",
            "paper_accuracy": None, "paper_epsilon": None}
@@ -220,13 +212,13 @@ def test_a_target_is_met_or_missed_by_its_gap():
 
 
 def test_a_route_on_a_sample_source_runs_after_its_source_and_its_teachers():
-    harness = _harness()
+    harness = benchmark_harness()
     route = "pate-1000-heads-scatter-dpmerf-eps10-fmnist"
     chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), [route])]
     assert chosen == ["teachers-1000-heads-scatter-fmnist", "dpmerf-eps1-fmnist", route]
 
 
 def test_faithful_dgd_runs_after_its_ensemble_and_its_baseline():
-    harness = _harness()
+    harness = benchmark_harness()
     chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), ["dgd-paper-eps1-fmnist"])]
     assert chosen == ["teacher-fmnist", "teachers-250-heads-scatter-fmnist", "dgd-paper-eps1-fmnist"]
