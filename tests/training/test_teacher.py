@@ -128,3 +128,12 @@ def test_heads_are_padded_only_to_the_largest_partition_of_their_group():
 def test_impossible_teacher_settings_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
         TeacherConfig(**options)
+
+
+def test_a_long_epoch_reports_how_far_into_it_the_run_is(monkeypatch):
+    """A record at least every WITHIN_EPOCH_SECONDS (0 here: every batch), its epoch a fraction, then the epoch's."""
+    monkeypatch.setattr(teacher, "WITHIN_EPOCH_SECONDS", 0.0)
+    records: list[dict] = []
+    train_classifier(load_dataset("digits"), TeacherConfig(arch="cnn", epochs=1, batch_size=512), records.append)
+    assert [record["epoch"] for record in records] == [0.0, 0.36, 0.71, 1]  # 1,437 images in batches of 512
+    assert "test_accuracy" in records[-1] and all(record["total"] == 1 for record in records)
