@@ -178,7 +178,8 @@ def test_train_private_dpdfd_direct_says_it_has_no_formal_guarantee(tmp_path: Pa
     (("--dataset", "digits", "--epsilon", "1", "--sigma", "0.7"), "> budget 1.0"),  # 6.1 (0.3: 51, 3 s to account)
     (("--dataset", "nope", "--epsilon", "1"), "unknown dataset 'nope'"),
     (("--dataset", "digits", "--epsilon", "1", "--resume"), "nothing to resume"),
-    (("--dataset", "digits", "--epsilon", "1", "--train-layers", "head"), "--train-layers head trains a linear layer"),
+    (("--dataset", "digits", "--epsilon", "1", "--student-arch", "datalens", "--train-layers", "head"),
+     "--train-layers head trains a linear layer"),
     (("--dataset", "digits", "--epsilon", "1", "--optimizer", "rmsprop"), "unknown --optimizer 'rmsprop'"),
     (("--dataset", "digits", "--epsilon", "1", "--student-arch", "cnn", "--student-init", "no-such-encoder",
       "--public-size", "200"), "no encoder at no-such-encoder"),
