@@ -51,6 +51,10 @@ def test_the_paper_settings_follow_the_budget_and_the_variant():
     (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_decay": 1}), ConfigError, "unknown DGD"),
     (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_activation_norm": 3}), ConfigError, "1 or 2"),
     (lambda: parse_dgd_assignments(["colour=red"]), ConfigError, "cannot set"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"vote_noise": "none"}), ConfigError, "drop --epsilon"),
+    (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none"}), ConfigError, "every synthetic"),
+    (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none", "queries": 5,
+                                                            "answer_targets": "posterior"}), ConfigError, "argmax"),
 ])
 def test_impossible_settings_are_refused(call, error, message):
     with pytest.raises(error, match=message):
@@ -141,3 +145,18 @@ def test_faithful_dgd_records_its_read_of_the_baseline_in_the_baselines_ledger(d
     assert (entry.method, entry.status, entry.release.event) == ("dgd", "spent", dp_accounting.NonPrivateDpEvent())
     with pytest.raises(BudgetExceededError, match="spent epsilon=inf"):
         ReleaseLedger(baseline).set_total(10.0)
+
+
+def test_the_control_asks_about_every_image_without_noise_and_says_it_is_not_private(digits_ensemble: Path,
+                                                                                     digits_teacher: Path,
+                                                                                     tmp_path: Path):
+    config = build_dgd_config(None, baseline=str(digits_teacher), settings={**TINY, "vote_noise": "none"})
+    assert (config.labelling.queries, config.labelling.sigma) == (TINY["synthetic_size"], None)
+    report = dgd(digits_ensemble, config, tmp_path)
+    privacy = report["privacy"]
+    assert (privacy["mode"], privacy["epsilon"], privacy["formal_guarantee"]) == ("none", math.inf, False)
+    assert "paper_epsilon" not in privacy and any("without noise" in read["read"]
+                                                  for read in privacy["uncovered_reads"])
+    answers = Answers.load(tmp_path / ANSWERS_FILE, TINY["synthetic_size"])
+    assert torch.equal(answers.votes.sum(1), torch.full((TINY["synthetic_size"],), 4.0))  # each member's one vote
+    assert "NO privacy guarantee: a control" in (tmp_path / "report.md").read_text()

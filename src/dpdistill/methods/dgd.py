@@ -37,7 +37,7 @@ from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.methods.base import Outcome, Source
 from dpdistill.methods.lifecycle import execute
-from dpdistill.methods.pate import PATE, PateConfig, PateJob
+from dpdistill.methods.pate import EXACT_VOTES, PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.models.registry import build_generator
@@ -144,15 +144,21 @@ def build_dgd_config(epsilon: float | None, baseline: str | None = None, sample_
                      settings: dict[str, Any] | None = None, **pate: Any) -> DgdConfig:
     """DGD's defaults (`paper_labelling`), then `settings` (PATE's fields, `synthetic_size`, `generator_`-prefixed
     generator fields) and `pate` (PateConfig's fields given by name: delta, seed, device...)."""
-    if epsilon is None:
-        raise PrivacyParameterError("a privacy budget --epsilon is required")
     given = {**(settings or {}), **pate}
+    control = given.get("vote_noise") == EXACT_VOTES
+    if epsilon is None and not control:
+        raise PrivacyParameterError("a privacy budget --epsilon is required (or the control: --set vote_noise=none)")
     generator = {key[len(GENERATOR_PREFIX):]: value for key, value in given.items() if key.startswith(GENERATOR_PREFIX)}
     synthetic_size = given.pop("synthetic_size", None)
     labelling = paper_labelling(epsilon, baseline is not None)
-    if given.get("vote_noise") == "gaussian" and "sigma" not in given:
-        labelling.pop("sigma", None)  # the seed's Laplace scale is no Gaussian sigma: calibrate GNMax instead
+    if given.get("vote_noise") in ("gaussian", EXACT_VOTES) and "sigma" not in given:
+        labelling.pop("sigma", None)  # the seed's Laplace scale is no Gaussian sigma (nor any noise's, the control's)
     labelling |= {key: value for key, value in given.items() if not key.startswith(GENERATOR_PREFIX)}
+    if control and "queries" not in labelling:
+        if synthetic_size is None:
+            raise ConfigError("the control asks about every synthetic image: give their count, --set queries=N (the "
+                              "training set's size unless --set synthetic_size=N)")
+        labelling["queries"] = synthetic_size
     if "queries" not in labelling:
         raise ConfigError(f"the seed states its answer counts at epsilon 1 and 10 only ({PAPER_QUERIES[1.0]} and "
                           f"{PAPER_QUERIES[10.0]}): give the answer count (--set queries=N) at epsilon {epsilon}")

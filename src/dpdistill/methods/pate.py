@@ -50,7 +50,7 @@ from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, REPR
                                field_options, out_option, resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
-from dpdistill.privacy.ledger import Release, reproducible_noise_read
+from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
@@ -65,9 +65,14 @@ ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
 ANSWER_TARGETS = ("argmax", "posterior")
-VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)"}
+VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)",
+              "none": "no noise (the control: exact votes, NOT private)"}
+EXACT_VOTES = "none"  # the vote noise of the control: the same pipeline without privacy, what it learns at best
 COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
           "public images hold no private example")
+EXACT_VOTES_READ = UncoveredRead("the teacher ensemble's exact vote counts, released without noise (the control)",
+                                 "NO guarantee: a control, the ensemble's votes were released without noise")
+CONTROL_PRIVACY = {"mode": "none", "accountant": "none: no mechanism", "delta": None}
 SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic images and the noisy answers "
                  "(post-processing of both releases; epsilon is their composition)")
 
@@ -76,7 +81,8 @@ SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic
 class PateConfig:
     """Every setting of a PATE run; checked on construction, so a bad value fails before any work."""
 
-    epsilon: float | None = setting(None, "privacy budget; the vote noise is calibrated to it unless --sigma")
+    epsilon: float | None = setting(None, "privacy budget; the vote noise is calibrated to it unless --sigma (none "
+                                          "with --vote-noise none)")
     delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
     queries: int = setting(1000, "public images the ensemble labels: fewer answers, each less noisy")
     sigma: float | None = setting(None, "noise std on each vote count (default: calibrated)")
@@ -89,8 +95,8 @@ class PateConfig:
     query_selection: str = setting("random", "which public images are asked: random, or kmeans (the typical image "
                                              "of each of --queries k-means clusters; public, so free)")
     vote_margin: float = setting(0.0, "keep only answers whose noisy winner leads by this many sigmas (free)")
-    vote_noise: str = setting("gaussian", "gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then the "
-                                          "whole-number scale)")
+    vote_noise: str = setting("gaussian", "gaussian (GNMax), laplace (LNMax, DGD's; --sigma is then the "
+                                          "whole-number scale), or none (exact votes: a control, NOT private)")
     answer_targets: str = setting("argmax", "what the student learns from an answer: argmax (the noisy winner), or "
                                             "posterior (each class's probability of holding the most votes given "
                                             "the noisy counts; free)")
@@ -123,7 +129,14 @@ class PateConfig:
     device: str = setting("cpu", "cpu or cuda")
 
     def __post_init__(self) -> None:
-        if self.epsilon is None:
+        if self.control:
+            if self.epsilon is not None or self.sigma is not None or self.vote_margin:
+                raise ConfigError("--vote-noise none releases exact votes (a control, not private): drop --epsilon, "
+                                  "--sigma and --vote-margin")
+            if self.answer_targets == "posterior":
+                raise ConfigError("posterior targets model the vote noise: use --answer-targets argmax with "
+                                  "--vote-noise none")
+        elif self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
         for name in ("queries", "epochs", "batch_size"):
             if getattr(self, name) < 1:
@@ -158,6 +171,11 @@ class PateConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.student_training != "supervised":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
+
+    @property
+    def control(self) -> bool:
+        """Exact votes: the pipeline without its privacy noise, reported as NOT private."""
+        return self.vote_noise == EXACT_VOTES
 
     @property
     def pool_size(self) -> int:
@@ -197,9 +215,11 @@ class PateConfig:
         return (self.self_training_rounds + 1) * self.progress_per_round()
 
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
-        """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
-        return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
-                              num_candidates=num_classes, teachers=members, vote_noise=self.vote_noise)
+        """GNMax over all classes: label mode over an ensemble, with every class a candidate (the control: no
+        mechanism)."""
+        return PrivacyRequest(mode="none" if self.control else "label", epsilon=self.epsilon, delta=self.delta,
+                              sigma=self.sigma, num_candidates=num_classes, teachers=members,
+                              vote_noise=self.vote_noise)
 
     def privacy_plan(self, members: int, num_classes: int, cost: Cost | None = None) -> PrivacyPlan:
         """One answer per query; planned once, before the ensemble's ledger reserves the release. `cost`: what the
@@ -296,11 +316,15 @@ def _kmeans_plus_plus(points: Tensor, clusters: int, generator: torch.Generator)
 def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
                     num_classes: int) -> Answers:
     """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes, with
-    noise from secret randomness (or, debugging only, from the seed)."""
+    noise from secret randomness (or, debugging only, from the seed); the control (no mechanism) releases the
+    exact votes."""
     ledger = plan.ledger()
     indices = choose_queries(pool, config)
-    ledger.charge(len(indices))
+    if ledger is not None:
+        ledger.charge(len(indices))
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
+    if ledger is None:  # the control
+        return Answers(indices, votes.float(), votes.argmax(1), torch.ones(len(indices), dtype=torch.bool))
     everything = torch.ones_like(votes, dtype=torch.bool)
     noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed),
                         laplace=isinstance(plan.query, DiscreteLaplaceQuery))  # the noise the plan accounts
@@ -439,7 +463,7 @@ class PateJob(Job):
         if self.source is not None and config.queries > len(self.source.labels):
             raise ConfigError(f"{config.queries} queries need at least as many images; the sample source "
                               f"{self.source.path} holds {len(self.source.labels)}: lower --queries")
-        cost = None if self.source is None else self.source.cost(config.epsilon, config.delta)
+        cost = None if self.source is None or config.control else self.source.cost(config.epsilon, config.delta)
         self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes, cost)
         self.ledger_dir = teacher_dir
         self.route = Release.of_plan(self.privacy_plan, config.queries)  # every query is answered
@@ -447,7 +471,8 @@ class PateJob(Job):
         self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
         self.uncovered = ((self.source.uncovered if self.source else [])
                           + partition_reads(self.partition, self.meta["ensemble"])
-                          + reproducible_noise_read(config.reproducible_noise))
+                          + reproducible_noise_read(config.reproducible_noise)
+                          + ([EXACT_VOTES_READ] if config.control else []))
         # the images it asks about (None: a generator of the run's makes them) and the student's starting point: a
         # bad one is refused before any reservation
         self.split = (self.source.pool(self.evaluation) if self.source is not None
@@ -487,10 +512,11 @@ class PateJob(Job):
         student, history = train_student(split, answers, config, num_classes, plan.sigma, self.progress)
         summary = {key: value for key, value in plan.summary(config.queries).items()
                    if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
-        privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
+        # mode data: one whole example, not only its label, changes one member's vote
+        privacy = {**summary, **(CONTROL_PRIVACY if config.control else {"mode": "data"}),
                    "aggregation": f"the members' vote counts over all classes plus {VOTE_NOISE[config.vote_noise]} "
-                                  f"(the noisy histogram is released, its winner is the label), data-independent "
-                                  f"accounting",
+                                  f"(the histogram is released, its winner is the label)"
+                                  + ("" if config.control else ", data-independent accounting"),
                    "unit": "one private training example (it changes one member's vote)",
                    "vote_margin": config.vote_margin,
                    "answer_targets": config.answer_targets,

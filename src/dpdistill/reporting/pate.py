@@ -28,10 +28,7 @@ STUDENT_TRAINING_NOTES = {
 def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
     privacy = report["privacy"]
-    lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "",
-             f"{guarantee(privacy)} with respect to {privacy['unit']} "
-             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
-             f"are not private and must not be released.", "",
+    lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "", _headline(privacy), "",
              f"Public images: {report['public']}.", ""]
     return "\n".join(lines + _answers_and_rounds(report, report["config"])) + "\n"
 
@@ -41,9 +38,7 @@ def dgd_markdown(report: dict[str, Any]) -> str:
     generative stream, the answers, the student."""
     privacy, generative, config = report["privacy"], report["generative"], report["config"]
     lines = [f"# dpdistill report: DGD (discriminative-generative distillation), {report['dataset']}", "",
-             f"{guarantee(privacy)} with respect to {privacy['unit']} "
-             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
-             f"are not private and must not be released.", ""]
+             _headline(privacy), ""]
     if generative:
         training = generative.get("training")
         lines += ["## Generative stream", "",
@@ -56,6 +51,16 @@ def dgd_markdown(report: dict[str, Any]) -> str:
         lines += ["![the images the student learns from](samples.png)", ""] if "sample_source" in privacy else []
     lines += [f"Images: {report['public']}.", ""]
     return "\n".join(lines + _answers_and_rounds(report, config["labelling"])) + "\n"
+
+
+def _headline(privacy: dict[str, Any]) -> str:
+    """The guarantee and what it covers; for the control (exact votes), that it has none."""
+    if privacy["mode"] == "none":
+        claim = f"**NO privacy guarantee: a control** ({privacy['aggregation']})"
+    else:
+        claim = (f"{guarantee(privacy)} with respect to {privacy['unit']} ({privacy['accountant']}; "
+                 f"{privacy['aggregation']})")
+    return f"{claim}. Covered: {privacy['covered']}. The teachers are not private and must not be released."
 
 
 def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
