@@ -40,7 +40,6 @@ from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.pate import EXACT_VOTES, PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
-from dpdistill.models.registry import build_generator
 from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP,
                                SAMPLE_SOURCE_HELP, SETTINGS, CommandSpec, Option, field_options, out_option,
                                resume_option, set_option)
@@ -261,7 +260,7 @@ class DgdJob(PateJob):
         path = self.state_dir / GENERATOR_STATE
         report: dict[str, Any] = {"baseline": self.dgd.baseline, "images": self.synthetic_size}
         if resume:
-            generator = build_generator(config.latent_dim, self.in_shape, config.width)
+            generator = config.build(self.in_shape)
             try:
                 generator.load_state_dict(load_file(path))
             except (OSError, RuntimeError) as error:
@@ -311,7 +310,8 @@ COMMAND = CommandSpec(
              out_option("directory for student.safetensors, answers.safetensors, samples.png, report.json and "
                         "report.md"),
              Option("epsilon", float | None, None, "privacy budget of the answers (with a sample source: of the "
-                                                   "source and the answers together)", field=False),
+                                                   "source and the answers together); none for the control, --set "
+                                                   "vote_noise=none (exact votes, NOT private)", field=False),
              Option("baseline", Path | None, None, "faithful DGD: a classifier trained on all the private data "
                                                    "(train-teacher --out); the generator learns against it without "
                                                    "noise, so NO formal guarantee", field=False),

@@ -145,9 +145,6 @@ class PateConfig:
             raise ConfigError("--sample-source replaces the public pool: drop --public and --public-size")
         if self.public_size is not None and self.public_size < 1:
             raise ConfigError(f"public-size must be at least 1, got {self.public_size}")
-        if self.sample_source is None and self.queries > self.pool_size:
-            raise ConfigError(f"{self.queries} queries need at least as many public images; --public-size is "
-                              f"{self.pool_size}")
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -447,6 +444,9 @@ class PateJob(Job):
 
     def __init__(self, teacher_dir: Path, config: PateConfig, state_dir: Path, progress: Progress | None,
                  public_pool: bool = True) -> None:
+        if public_pool and config.sample_source is None and config.queries > config.pool_size:
+            raise ConfigError(f"{config.queries} queries need at least as many public images; --public-size is "
+                              f"{config.pool_size}")
         self.ensemble, self.meta = read_teacher(teacher_dir)
         if not isinstance(self.ensemble, TeacherEnsemble):
             raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
