@@ -60,6 +60,7 @@ def test_the_paper_settings_follow_the_budget_and_the_variant():
     (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none"}), ConfigError, "every synthetic"),
     (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none", "queries": 5,
                                                             "answer_targets": "posterior"}), ConfigError, "argmax"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"answer_targets": "shares"}), ConfigError, "exact votes"),
 ])
 def test_impossible_settings_are_refused(call, error, message):
     with pytest.raises(error, match=message):
@@ -173,7 +174,8 @@ def test_faithful_dgd_records_its_read_of_the_baseline_in_the_baselines_ledger(d
 def test_the_control_asks_about_every_image_without_noise_and_says_it_is_not_private(digits_ensemble: Path,
                                                                                      digits_teacher: Path,
                                                                                      tmp_path: Path):
-    config = build_dgd_config(None, baseline=str(digits_teacher), settings={**TINY, "vote_noise": "none"})
+    config = build_dgd_config(None, baseline=str(digits_teacher),
+                              settings={**TINY, "vote_noise": "none", "answer_targets": "shares"})
     assert (config.labelling.queries, config.labelling.sigma) == (TINY["synthetic_size"], None)
     report = dgd(digits_ensemble, config, tmp_path)
     privacy = report["privacy"]

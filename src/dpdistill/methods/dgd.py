@@ -10,7 +10,8 @@ learns from every synthetic image through a VAE of them.
 2. Ask: the teacher ensemble (disjoint partitions) labels a few of them by noisy votes: LNMax, argmax of the votes
    plus Laplace noise of scale 2 / eps0 = 40 (faithful: the seed's setting), or GNMax calibrated to the budget
    (covered: DGD+); the answers compose (privacy/accounting.py), with the sample source's release where there is
-   one.
+   one. The control (`--set vote_noise=none`) asks about every image and releases the exact votes: what the
+   pipeline learns without privacy, reported as NOT private.
 3. Learn: a VAE (latent 32) is fitted to the images; each becomes a triple (its reconstruction, the reconstruction
    from its code moved along the manifold and across it) and the student learns from the answers by cross-entropy
    and from the triples by feature consistency and prediction entropy (losses/tangent_normal.py).

@@ -64,7 +64,7 @@ from dpdistill.training.vae import VaeConfig
 ANSWERS_FILE = "answers.safetensors"
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
-ANSWER_TARGETS = ("argmax", "posterior")
+ANSWER_TARGETS = ("argmax", "posterior", "shares")
 VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)",
               "none": "no noise (the control: exact votes, NOT private)"}
 EXACT_VOTES = "none"  # the vote noise of the control: the same pipeline without privacy, what it learns at best
@@ -99,7 +99,8 @@ class PateConfig:
                                           "whole-number scale), or none (exact votes: a control, NOT private)")
     answer_targets: str = setting("argmax", "what the student learns from an answer: argmax (the noisy winner), or "
                                             "posterior (each class's probability of holding the most votes given "
-                                            "the noisy counts; free)")
+                                            "the noisy counts; free), or shares (the control's: each class's share "
+                                            "of the exact votes)")
     self_training_rounds: int = setting(1, "rounds of retraining on the public images the student labels "
                                            "confidently itself (free)")
     pseudo_label_confidence: float = setting(0.9, "the student's probability needed to keep its label")
@@ -134,10 +135,13 @@ class PateConfig:
                 raise ConfigError("--vote-noise none releases exact votes (a control, not private): drop --epsilon, "
                                   "--sigma and --vote-margin")
             if self.answer_targets == "posterior":
-                raise ConfigError("posterior targets model the vote noise: use --answer-targets argmax with "
-                                  "--vote-noise none")
+                raise ConfigError("posterior targets model the vote noise: use --answer-targets argmax or shares "
+                                  "with --vote-noise none")
         elif self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
+        elif self.answer_targets == "shares":
+            raise ConfigError("vote shares are the exact votes' (the control, --vote-noise none): noisy counts "
+                              "can be negative; use --answer-targets posterior")
         for name in ("queries", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -352,10 +356,13 @@ def plurality_posterior(noisy: Tensor, sigma: float, points: int = 801) -> Tenso
 
 
 def answer_targets(answers: Answers, config: PateConfig, sigma: float) -> Tensor:
-    """What the student learns from the kept answers: class indices (n,) or, for "posterior", probabilities
-    (n, classes) (post-processing of the released noisy votes)."""
+    """What the student learns from the kept answers: class indices (n,) or, for "posterior" and "shares",
+    probabilities (n, classes) (post-processing of the released votes)."""
     if config.answer_targets == "posterior":
         return plurality_posterior(answers.votes[answers.confident], sigma)
+    if config.answer_targets == "shares":  # the control's exact votes: the members' distribution over the classes
+        votes = answers.votes[answers.confident]
+        return votes / votes.sum(1, keepdim=True)
     return answers.labels[answers.confident]
 
 
