@@ -254,15 +254,17 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
     if dataset != "fmnist":  # the DP-MERF sources and the 1,000 heads are Fashion-MNIST's
         return runs
     # the control: the same pipeline without noise, exact votes on every synthetic image (NOT private); and with the
-    # departures measured best, the baseline's BatchNorm statistics matched and the vote shares as targets
+    # departures measured best, the baseline's BatchNorm statistics matched and a student of the teachers' structure
     control = ("--set", "vote_noise=none", "--set", f"synthetic_size={DGD_CONTROL_IMAGES}")
     runs += [Run(f"dgd-control{name}-{dataset}", f"DGD, the control: exact votes on all {DGD_CONTROL_IMAGES:,} "
                  f"synthetic images{group} (NOT private)", dataset, (*control, *extra), seeds, command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
              for name, group, extra, seeds in (
                  ("", "", (), headline_seeds),
-                 ("-batchnorm-shares", ", generator matching the baseline's BatchNorm statistics, vote shares as "
-                  "targets", ("--set", "generator_batchnorm_weight=1", "--set", "answer_targets=shares"), 1))]
+                 ("-batchnorm-scatter-linear", ", generator matching the baseline's BatchNorm statistics, "
+                  "supervised scatter-linear student (the teachers' structure)",
+                  ("--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear", "--set",
+                   "student_training=supervised"), 1))]
     # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
     runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, extra, 1, command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
