@@ -262,9 +262,9 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
              for name, group, extra, seeds in (
                  ("", "", (), headline_seeds),
                  ("-batchnorm-scatter-linear", ", generator matching the baseline's BatchNorm statistics, "
-                  "supervised scatter-linear student (the teachers' structure)",
+                  "supervised scatter-linear student (the teachers' structure) learning the vote shares",
                   ("--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear", "--set",
-                   "student_training=supervised"), 1))]
+                   "student_training=supervised", "--set", "answer_targets=shares"), 1))]
     # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
     runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, extra, 1, command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
