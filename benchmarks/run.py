@@ -240,6 +240,7 @@ def mean_embedding_rows(dataset: str, headline_seeds: int) -> list[Run]:
 # DGD (seed 004), Tables II and III: (data set, epsilon) -> %.
 PAPER_DGD = {("fmnist", "1"): 64.9, ("fmnist", "10"): 88.2, ("mnist", "1"): 73.6, ("mnist", "10"): 97.4}
 DGD_TEACHERS = 250  # the seed's n on MNIST and Fashion-MNIST
+DGD_CONTROL_IMAGES = 60000  # as many as Fashion-MNIST's training images, each asked in the control
 DGD_QUICK = ("--set", "generator_steps=2", "--set", "vae_steps=2", "--set", "consistency_steps=2",
              "--set", "synthetic_size=200")
 
@@ -247,7 +248,7 @@ DGD_QUICK = ("--set", "generator_steps=2", "--set", "vae_steps=2", "--set", "con
 def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
     """DGD (`dpdistill dgd`): faithful, its generator trained against the non-private teacher of `teacher-{dataset}`
     as baseline, its labels from 250 scattering heads (LNMax at 2 / eps0 = 40, the seed's 27 or 1,300 answers);
-    and (Fashion-MNIST) covered, on the DP-MERF images and the 1,000 heads of the PATE route beside it, with GNMax
+    (Fashion-MNIST) its control, exact votes on every synthetic image; and covered, on the DP-MERF images and the 1,000 heads of the PATE route beside it, with GNMax
     and as many answers as that route."""
     teachers = f"teachers-{DGD_TEACHERS}-heads-scatter-{dataset}"
     runs = [Run(teachers, "teacher ensemble (mean probability), linear heads on scattering features", dataset,
@@ -259,6 +260,18 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
                  baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
     if dataset != "fmnist":  # the DP-MERF sources and the 1,000 heads are Fashion-MNIST's
         return runs
+    # the control: the same pipeline without noise, exact votes on every synthetic image (NOT private); and with the
+    # departures measured best, the baseline's BatchNorm statistics matched and a student of the teachers' structure
+    control = ("--set", "vote_noise=none", "--set", f"synthetic_size={DGD_CONTROL_IMAGES}")
+    runs += [Run(f"dgd-control{name}-{dataset}", f"DGD, the control: exact votes on all {DGD_CONTROL_IMAGES:,} "
+                 f"synthetic images{group} (NOT private)", dataset, (*control, *extra), seeds, command="dgd",
+                 quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
+             for name, group, extra, seeds in (
+                 ("", "", (), headline_seeds),
+                 ("-batchnorm-scatter-linear", ", generator matching the baseline's BatchNorm statistics, "
+                  "supervised scatter-linear student (the teachers' structure) learning the vote shares",
+                  ("--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear", "--set",
+                   "student_training=supervised", "--set", "answer_targets=shares"), 1))]
     # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
     runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, extra, 1, command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")

@@ -218,7 +218,8 @@ def test_a_route_on_a_sample_source_runs_after_its_source_and_its_teachers():
     assert chosen == ["teachers-1000-heads-scatter-fmnist", "dpmerf-eps1-fmnist", route]
 
 
-def test_faithful_dgd_runs_after_its_ensemble_and_its_baseline():
+@pytest.mark.parametrize("row", ["dgd-paper-eps1-fmnist", "dgd-control-fmnist"])
+def test_faithful_dgd_and_its_control_run_after_the_ensemble_and_the_baseline(row):
     harness = benchmark_harness()
-    chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), ["dgd-paper-eps1-fmnist"])]
-    assert chosen == ["teacher-fmnist", "teachers-250-heads-scatter-fmnist", "dgd-paper-eps1-fmnist"]
+    chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), [row])]
+    assert chosen == ["teacher-fmnist", "teachers-250-heads-scatter-fmnist", row]

@@ -2,6 +2,7 @@
 resumes on the same images without asking again; the covered variant composes with its source; bad settings are
 refused before any work."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -18,6 +19,7 @@ from dpdistill.methods.dgd import (GENERATOR_STATE, DgdConfig, build_dgd_config,
                                    parse_dgd_assignments)
 from dpdistill.methods.pate import ANSWERS_FILE, Answers
 from dpdistill.models.ensemble import TeacherEnsemble
+from dpdistill.models.registry import build_classifier
 from dpdistill.pipeline import dgd
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import ReleaseLedger
@@ -51,6 +53,14 @@ def test_the_paper_settings_follow_the_budget_and_the_variant():
     (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_decay": 1}), ConfigError, "unknown DGD"),
     (lambda: build_dgd_config(1.0, baseline="b", settings={"generator_activation_norm": 3}), ConfigError, "1 or 2"),
     (lambda: parse_dgd_assignments(["colour=red"]), ConfigError, "cannot set"),
+    (lambda: DataFreeConfig(batchnorm_weight=-1.0), ConfigError, "must not be negative"),
+    (lambda: train_data_free_generator(build_classifier("datalens", (1, 8, 8), 10), (1, 8, 8),
+                                       DataFreeConfig(batchnorm_weight=1.0), 0, "cpu"), ConfigError, "BatchNorm"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"vote_noise": "none"}), ConfigError, "drop --epsilon"),
+    (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none"}), ConfigError, "every synthetic"),
+    (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none", "queries": 5,
+                                                            "answer_targets": "posterior"}), ConfigError, "argmax"),
+    (lambda: build_dgd_config(1.0, baseline="b", settings={"answer_targets": "shares"}), ConfigError, "exact votes"),
 ])
 def test_impossible_settings_are_refused(call, error, message):
     with pytest.raises(error, match=message):
@@ -72,6 +82,24 @@ def test_the_data_free_generator_learns_what_the_baseline_calls_confident_and_ba
 
     assert objective(generator) < objective(untrained) - 1.0, (objective(generator), objective(untrained))
     assert torch.equal(generate(generator, 5, 3, "cpu"), generate(generator, 5, 3, "cpu"))
+
+
+def test_the_generator_ends_in_dafls_batchnorm_and_can_match_the_baselines_statistics(digits_teacher: Path):
+    from dpdistill.losses.generator import BatchNormStatistics
+    from dpdistill.models.ensemble import load_teacher
+
+    baseline, _ = load_teacher(digits_teacher)
+    config = DataFreeConfig(steps=60, batch_size=64, width=(16, 8, 8), batchnorm_weight=1.0)
+
+    def distance(model):  # from the baseline's BatchNorm statistics, on fresh images
+        with BatchNormStatistics(baseline) as statistics:
+            baseline.features(generate(model, 256, 1, "cpu"))
+        return statistics.loss().item()
+
+    untrained, _ = train_data_free_generator(baseline, (1, 8, 8), dataclasses.replace(config, steps=1), 0, "cpu")
+    generator, report = train_data_free_generator(baseline, (1, 8, 8), config, 0, "cpu")
+    assert isinstance(generator.body[-1], torch.nn.BatchNorm2d) and "batchnorm" in report["terms"]
+    assert distance(generator) < distance(untrained), (distance(generator), distance(untrained))
 
 
 def test_faithful_dgd_has_no_formal_guarantee_and_resumes_on_the_same_images(digits_ensemble: Path,
@@ -141,3 +169,19 @@ def test_faithful_dgd_records_its_read_of_the_baseline_in_the_baselines_ledger(d
     assert (entry.method, entry.status, entry.release.event) == ("dgd", "spent", dp_accounting.NonPrivateDpEvent())
     with pytest.raises(BudgetExceededError, match="spent epsilon=inf"):
         ReleaseLedger(baseline).set_total(10.0)
+
+
+def test_the_control_asks_about_every_image_without_noise_and_says_it_is_not_private(digits_ensemble: Path,
+                                                                                     digits_teacher: Path,
+                                                                                     tmp_path: Path):
+    config = build_dgd_config(None, baseline=str(digits_teacher),
+                              settings={**TINY, "vote_noise": "none", "answer_targets": "shares"})
+    assert (config.labelling.queries, config.labelling.sigma) == (TINY["synthetic_size"], None)
+    report = dgd(digits_ensemble, config, tmp_path)
+    privacy = report["privacy"]
+    assert (privacy["mode"], privacy["epsilon"], privacy["formal_guarantee"]) == ("none", math.inf, False)
+    assert "paper_epsilon" not in privacy and any("without noise" in read["read"]
+                                                  for read in privacy["uncovered_reads"])
+    answers = Answers.load(tmp_path / ANSWERS_FILE, TINY["synthetic_size"])
+    assert torch.equal(answers.votes.sum(1), torch.full((TINY["synthetic_size"],), 4.0))  # each member's one vote
+    assert "NO privacy guarantee: a control" in (tmp_path / "report.md").read_text()

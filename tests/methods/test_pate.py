@@ -14,8 +14,8 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, DatasetError, PrivacyParameterError
 from dpdistill.methods import pate as pate_module
 from dpdistill.data.public import public_split
-from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, choose_queries, kmeans_representatives,
-                                    plurality_posterior, release_answers, vote_counts)
+from dpdistill.methods.pate import (ANSWERS_FILE, Answers, PateConfig, PateJob, choose_queries,
+                                    kmeans_representatives, plurality_posterior, release_answers, vote_counts)
 from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
 from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
@@ -63,17 +63,23 @@ def test_another_public_data_set_gives_its_training_images_and_must_match_the_sh
 
 @pytest.mark.parametrize("values, error, message", [
     ({"epsilon": None}, PrivacyParameterError, "budget"),
-    ({"epsilon": 1, "queries": 300, "public_size": 200}, ConfigError, "at least as many public images"),
     ({"epsilon": 1, "vote_margin": -1}, ConfigError, "vote-margin"),
     ({"epsilon": 1, "pseudo_label_confidence": 0}, ConfigError, "pseudo-label-confidence"),
     ({"epsilon": 1, "query_selection": "best"}, ConfigError, "unknown query selection 'best'"),
     ({"epsilon": 1, "student_training": "mixup"}, ConfigError, "unknown student training 'mixup'"),
     ({"epsilon": 1, "answer_targets": "mean"}, ConfigError, "unknown answer targets 'mean'"),
+    ({"epsilon": 1, "answer_targets": "shares"}, ConfigError, "exact votes"),
+    ({"vote_noise": "none", "epsilon": 1}, ConfigError, "drop --epsilon"),
     ({"epsilon": 1, "student_training": "consistency", "consistency_threshold": 0}, ConfigError, "threshold"),
 ])
 def test_impossible_settings_are_refused(values, error, message):
     with pytest.raises(error, match=message):
         PateConfig(**values)
+
+
+def test_more_queries_than_public_images_are_refused_before_the_teachers_are_read(tmp_path: Path):
+    with pytest.raises(ConfigError, match="at least as many public images"):
+        PateJob(tmp_path / "no-teachers", PateConfig(epsilon=1, queries=300, public_size=200), tmp_path, None)
 
 
 def test_kmeans_picks_one_typical_point_per_cluster():

@@ -53,7 +53,7 @@ class BatchNormStatistics:
     from its running statistics (DP-DFD's term); the sum is the loss. Use as a context manager."""
 
     def __init__(self, model: nn.Module, enabled: bool = True) -> None:
-        self._layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] if enabled else []
+        self.layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] if enabled else []
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self.terms: list[Tensor] = []
 
@@ -65,7 +65,7 @@ class BatchNormStatistics:
 
     def __enter__(self) -> "BatchNormStatistics":
         self.terms = []
-        self._handles = [layer.register_forward_hook(self._hook) for layer in self._layers]
+        self._handles = [layer.register_forward_hook(self._hook) for layer in self.layers]
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,8 @@ learns from every synthetic image through a VAE of them.
 2. Ask: the teacher ensemble (disjoint partitions) labels a few of them by noisy votes: LNMax, argmax of the votes
    plus Laplace noise of scale 2 / eps0 = 40 (faithful: the seed's setting), or GNMax calibrated to the budget
    (covered: DGD+); the answers compose (privacy/accounting.py), with the sample source's release where there is
-   one.
+   one. The control (`--set vote_noise=none`) asks about every image and releases the exact votes: what the
+   pipeline learns without privacy, reported as NOT private.
 3. Learn: a VAE (latent 32) is fitted to the images; each becomes a triple (its reconstruction, the reconstruction
    from its code moved along the manifold and across it) and the student learns from the answers by cross-entropy
    and from the triples by feature consistency and prediction entropy (losses/tangent_normal.py).
@@ -37,10 +38,9 @@ from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.methods.base import Outcome, Source
 from dpdistill.methods.lifecycle import execute
-from dpdistill.methods.pate import PATE, PateConfig, PateJob
+from dpdistill.methods.pate import EXACT_VOTES, PATE, PateConfig, PateJob
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.models.base import Classifier
-from dpdistill.models.registry import build_generator
 from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP,
                                SAMPLE_SOURCE_HELP, SETTINGS, CommandSpec, Option, field_options, out_option,
                                resume_option, set_option)
@@ -144,15 +144,21 @@ def build_dgd_config(epsilon: float | None, baseline: str | None = None, sample_
                      settings: dict[str, Any] | None = None, **pate: Any) -> DgdConfig:
     """DGD's defaults (`paper_labelling`), then `settings` (PATE's fields, `synthetic_size`, `generator_`-prefixed
     generator fields) and `pate` (PateConfig's fields given by name: delta, seed, device...)."""
-    if epsilon is None:
-        raise PrivacyParameterError("a privacy budget --epsilon is required")
     given = {**(settings or {}), **pate}
+    control = given.get("vote_noise") == EXACT_VOTES
+    if epsilon is None and not control:
+        raise PrivacyParameterError("a privacy budget --epsilon is required (or the control: --set vote_noise=none)")
     generator = {key[len(GENERATOR_PREFIX):]: value for key, value in given.items() if key.startswith(GENERATOR_PREFIX)}
     synthetic_size = given.pop("synthetic_size", None)
     labelling = paper_labelling(epsilon, baseline is not None)
-    if given.get("vote_noise") == "gaussian" and "sigma" not in given:
-        labelling.pop("sigma", None)  # the seed's Laplace scale is no Gaussian sigma: calibrate GNMax instead
+    if given.get("vote_noise") in ("gaussian", EXACT_VOTES) and "sigma" not in given:
+        labelling.pop("sigma", None)  # the seed's Laplace scale is no Gaussian sigma (nor any noise's, the control's)
     labelling |= {key: value for key, value in given.items() if not key.startswith(GENERATOR_PREFIX)}
+    if control and "queries" not in labelling:
+        if synthetic_size is None:
+            raise ConfigError("the control asks about every synthetic image: give their count, --set queries=N (the "
+                              "training set's size unless --set synthetic_size=N)")
+        labelling["queries"] = synthetic_size
     if "queries" not in labelling:
         raise ConfigError(f"the seed states its answer counts at epsilon 1 and 10 only ({PAPER_QUERIES[1.0]} and "
                           f"{PAPER_QUERIES[10.0]}): give the answer count (--set queries=N) at epsilon {epsilon}")
@@ -255,7 +261,7 @@ class DgdJob(PateJob):
         path = self.state_dir / GENERATOR_STATE
         report: dict[str, Any] = {"baseline": self.dgd.baseline, "images": self.synthetic_size}
         if resume:
-            generator = build_generator(config.latent_dim, self.in_shape, config.width)
+            generator = config.build(self.in_shape)
             try:
                 generator.load_state_dict(load_file(path))
             except (OSError, RuntimeError) as error:
@@ -306,7 +312,8 @@ COMMAND = CommandSpec(
              out_option("directory for student.safetensors, answers.safetensors, samples.png, report.json and "
                         "report.md"),
              Option("epsilon", float | None, None, "privacy budget of the answers (with a sample source: of the "
-                                                   "source and the answers together)", field=False),
+                                                   "source and the answers together); none for the control, --set "
+                                                   "vote_noise=none (exact votes, NOT private)", field=False),
              Option("baseline", Path | None, None, "faithful DGD: a classifier trained on all the private data "
                                                    "(train-teacher --out); the generator learns against it without "
                                                    "noise, so NO formal guarantee", field=False),

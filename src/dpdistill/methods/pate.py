@@ -49,7 +49,7 @@ from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, REPR
                                field_options, out_option, resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
-from dpdistill.privacy.ledger import Release, reproducible_noise_read
+from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.progress import Progress
@@ -64,10 +64,15 @@ ANSWERS_FILE = "answers.safetensors"
 ANSWERS_FIGURE = "answers.png"  # the noisy winners' leads, in noise standard deviations
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
-ANSWER_TARGETS = ("argmax", "posterior")
-VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)"}
+ANSWER_TARGETS = ("argmax", "posterior", "shares")
+VOTE_NOISE = {"gaussian": "discrete Gaussian noise (GNMax)", "laplace": "discrete Laplace noise (LNMax)",
+              "none": "no noise (the control: exact votes, NOT private)"}
+EXACT_VOTES = "none"  # the vote noise of the control: the same pipeline without privacy, what it learns at best
 COVERS = ("the student: it learns only from public images and the noisy answers (post-processing), provided the "
           "public images hold no private example")
+EXACT_VOTES_READ = UncoveredRead("the teacher ensemble's exact vote counts, released without noise (the control)",
+                                 "NO guarantee: a control, the ensemble's votes were released without noise")
+CONTROL_PRIVACY = {"mode": "none", "accountant": "none: no mechanism", "delta": None}
 SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic images and the noisy answers "
                  "(post-processing of both releases; epsilon is their composition)")
 
@@ -76,7 +81,8 @@ SOURCE_COVERS = ("the student: it learns only from the sample source's synthetic
 class PateConfig:
     """Every setting of a PATE run; checked on construction, so a bad value fails before any work."""
 
-    epsilon: float | None = setting(None, "privacy budget; the vote noise is calibrated to it unless --sigma")
+    epsilon: float | None = setting(None, "privacy budget; the vote noise is calibrated to it unless --sigma (none "
+                                          "with --vote-noise none)")
     delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
     queries: int = setting(1000, "public images the ensemble labels: fewer answers, each less noisy")
     sigma: float | None = setting(None, "noise std on each vote count (default: calibrated)")
@@ -92,11 +98,12 @@ class PateConfig:
     vote_margin: float = setting(0.0, "keep only answers whose noisy winner leads by this many sigmas (free)")
     accept_noise: bool = setting(False, "run even where the answers would be near random (refused by default: "
                                         "even a unanimous vote would rarely survive the noise)", show_default=False)
-    vote_noise: str = setting("gaussian", "gaussian (GNMax) or laplace (LNMax, DGD's; --sigma is then the "
-                                          "whole-number scale)")
+    vote_noise: str = setting("gaussian", "gaussian (GNMax), laplace (LNMax, DGD's; --sigma is then the "
+                                          "whole-number scale), or none (exact votes: a control, NOT private)")
     answer_targets: str = setting("argmax", "what the student learns from an answer: argmax (the noisy winner), or "
                                             "posterior (each class's probability of holding the most votes given "
-                                            "the noisy counts; free)")
+                                            "the noisy counts; free), or shares (the control's: each class's share "
+                                            "of the exact votes)")
     self_training_rounds: int = setting(1, "rounds of retraining on the public images the student labels "
                                            "confidently itself (free)")
     pseudo_label_confidence: float = setting(0.9, "the student's probability needed to keep its label")
@@ -126,8 +133,18 @@ class PateConfig:
     device: str = setting("cpu", "cpu or cuda")
 
     def __post_init__(self) -> None:
-        if self.epsilon is None:
+        if self.control:
+            if self.epsilon is not None or self.sigma is not None or self.vote_margin:
+                raise ConfigError("--vote-noise none releases exact votes (a control, not private): drop --epsilon, "
+                                  "--sigma and --vote-margin")
+            if self.answer_targets == "posterior":
+                raise ConfigError("posterior targets model the vote noise: use --answer-targets argmax or shares "
+                                  "with --vote-noise none")
+        elif self.epsilon is None:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
+        elif self.answer_targets == "shares":
+            raise ConfigError("vote shares are the exact votes' (the control, --vote-noise none): noisy counts "
+                              "can be negative; use --answer-targets posterior")
         for name in ("queries", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -135,9 +152,6 @@ class PateConfig:
             raise ConfigError("--sample-source replaces the public pool: drop --public and --public-size")
         if self.public_size is not None and self.public_size < 1:
             raise ConfigError(f"public-size must be at least 1, got {self.public_size}")
-        if self.sample_source is None and self.public_size is not None and self.queries > self.public_size:
-            raise ConfigError(f"{self.queries} queries need at least as many public images; --public-size is "
-                              f"{self.public_size}")
         for name in ("vote_margin", "self_training_rounds", "min_steps", "augment_shift"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -161,6 +175,11 @@ class PateConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.student_training != "supervised":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
+
+    @property
+    def control(self) -> bool:
+        """Exact votes: the pipeline without its privacy noise, reported as NOT private."""
+        return self.vote_noise == EXACT_VOTES
 
     def public_split(self, evaluation: ImageDataset) -> PublicSplit:
         """The public pool (without a sample source) and the images accuracy is measured on: unless sized, at most
@@ -204,10 +223,11 @@ class PateConfig:
         return (self.self_training_rounds + 1) * self.progress_per_round()
 
     def privacy_request(self, members: int, num_classes: int) -> PrivacyRequest:
-        """GNMax over all classes: label mode over an ensemble, with every class a candidate."""
-        return PrivacyRequest(mode="label", epsilon=self.epsilon, delta=self.delta, sigma=self.sigma,
-                              num_candidates=num_classes, teachers=members, vote_noise=self.vote_noise,
-                              accept_noise=self.accept_noise)
+        """GNMax over all classes: label mode over an ensemble, with every class a candidate (the control: no
+        mechanism)."""
+        return PrivacyRequest(mode="none" if self.control else "label", epsilon=self.epsilon, delta=self.delta,
+                              sigma=self.sigma, num_candidates=num_classes, teachers=members,
+                              vote_noise=self.vote_noise, accept_noise=self.accept_noise)
 
     def privacy_plan(self, members: int, num_classes: int, cost: Cost | None = None) -> PrivacyPlan:
         """One answer per query; planned once, before the ensemble's ledger reserves the release. `cost`: what the
@@ -304,11 +324,15 @@ def _kmeans_plus_plus(points: Tensor, clusters: int, generator: torch.Generator)
 def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
                     num_classes: int) -> Answers:
     """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes, with
-    noise from secret randomness (or, debugging only, from the seed)."""
+    noise from secret randomness (or, debugging only, from the seed); the control (no mechanism) releases the
+    exact votes."""
     ledger = plan.ledger()
     indices = choose_queries(pool, config)
-    ledger.charge(len(indices))
+    if ledger is not None:
+        ledger.charge(len(indices))
     votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
+    if ledger is None:  # the control
+        return Answers(indices, votes.float(), votes.argmax(1), torch.ones(len(indices), dtype=torch.bool))
     everything = torch.ones_like(votes, dtype=torch.bool)
     noisy = noisy_votes(votes, everything, plan.sigma, noise_source(config.reproducible_noise, config.seed),
                         laplace=isinstance(plan.query, DiscreteLaplaceQuery))  # the noise the plan accounts
@@ -339,10 +363,13 @@ def plurality_posterior(noisy: Tensor, sigma: float, points: int = 801) -> Tenso
 
 
 def answer_targets(answers: Answers, config: PateConfig, sigma: float) -> Tensor:
-    """What the student learns from the kept answers: class indices (n,) or, for "posterior", probabilities
-    (n, classes) (post-processing of the released noisy votes)."""
+    """What the student learns from the kept answers: class indices (n,) or, for "posterior" and "shares",
+    probabilities (n, classes) (post-processing of the released votes)."""
     if config.answer_targets == "posterior":
         return plurality_posterior(answers.votes[answers.confident], sigma)
+    if config.answer_targets == "shares":  # the control's exact votes: the members' distribution over the classes
+        votes = answers.votes[answers.confident]
+        return votes / votes.sum(1, keepdim=True)
     return answers.labels[answers.confident]
 
 
@@ -431,6 +458,10 @@ class PateJob(Job):
 
     def __init__(self, teacher_dir: Path, config: PateConfig, state_dir: Path, progress: Progress | None,
                  public_pool: bool = True) -> None:
+        if public_pool and config.sample_source is None and config.public_size is not None \
+                and config.queries > config.public_size:  # before the teachers are read; a default pool: its split
+            raise ConfigError(f"{config.queries} queries need at least as many public images; --public-size is "
+                              f"{config.public_size}")
         self.ensemble, self.meta = read_teacher(teacher_dir)
         if not isinstance(self.ensemble, TeacherEnsemble):
             raise ConfigError(f"{teacher_dir} holds one teacher; PATE needs an ensemble on disjoint partitions "
@@ -447,7 +478,7 @@ class PateJob(Job):
         if self.source is not None and config.queries > len(self.source.labels):
             raise ConfigError(f"{config.queries} queries need at least as many images; the sample source "
                               f"{self.source.path} holds {len(self.source.labels)}: lower --queries")
-        cost = None if self.source is None else self.source.cost(config.epsilon, config.delta)
+        cost = None if self.source is None or config.control else self.source.cost(config.epsilon, config.delta)
         self.privacy_plan = config.privacy_plan(len(self.ensemble), num_classes, cost)
         self.privacy_plan.refuse_near_random()
         self.ledger_dir = teacher_dir
@@ -456,7 +487,8 @@ class PateJob(Job):
         self.partition: dict[str, Any] = {}  # what the partition assumes, for the report's privacy section
         self.uncovered = ((self.source.uncovered if self.source else [])
                           + partition_reads(self.partition, self.meta["ensemble"])
-                          + reproducible_noise_read(config.reproducible_noise))
+                          + reproducible_noise_read(config.reproducible_noise)
+                          + ([EXACT_VOTES_READ] if config.control else []))
         # the images it asks about (None: a generator of the run's makes them) and the student's starting point: a
         # bad one is refused before any reservation
         self.split = (self.source.pool(self.evaluation) if self.source is not None
@@ -496,10 +528,11 @@ class PateJob(Job):
         student, history = train_student(split, answers, config, num_classes, plan.sigma, self.progress)
         summary = {key: value for key, value in plan.summary(config.queries).items()
                    if not key.startswith("paper_epsilon") and key != "num_candidates"}  # no seed states a formula
-        privacy = {**summary, "mode": "data",  # one whole example, not only its label: it changes one member's vote
+        # mode data: one whole example, not only its label, changes one member's vote
+        privacy = {**summary, **(CONTROL_PRIVACY if config.control else {"mode": "data"}),
                    "aggregation": f"the members' vote counts over all classes plus {VOTE_NOISE[config.vote_noise]} "
-                                  f"(the noisy histogram is released, its winner is the label), data-independent "
-                                  f"accounting",
+                                  f"(the histogram is released, its winner is the label)"
+                                  + ("" if config.control else ", data-independent accounting"),
                    "unit": "one private training example (it changes one member's vote)",
                    "vote_margin": config.vote_margin,
                    "answer_targets": config.answer_targets,
@@ -516,7 +549,8 @@ class PateJob(Job):
         def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
             """The noisy answers are a release: keep them, and show how far each winner led (a public figure)."""
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
-            save_vote_leads(answers.votes, plan.sigma, config.vote_margin, out_dir / ANSWERS_FIGURE)
+            if not config.control:
+                save_vote_leads(answers.votes, plan.sigma, config.vote_margin, out_dir / ANSWERS_FIGURE)
 
         return Outcome(
             report=report, privacy={**privacy, **self.partition},

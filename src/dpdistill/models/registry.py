@@ -217,6 +217,7 @@ def has_fixed_backbone(arch: str) -> bool:
     return getattr(CLASSIFIERS.get(arch), "fixed_backbone", False)
 
 
-def build_generator(latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int]) -> Generator:
+def build_generator(latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int],
+                    final_norm: bool = False) -> Generator:
     """A fresh generator; shapes are coerced to int tuples because they often come from JSON lists."""
-    return Generator(int(latent_dim), tuple(int(v) for v in out_shape), tuple(int(v) for v in width))
+    return Generator(int(latent_dim), tuple(int(v) for v in out_shape), tuple(int(v) for v in width), final_norm)

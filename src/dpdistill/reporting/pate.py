@@ -32,10 +32,7 @@ STUDENT_TRAINING_NOTES = {
 def pate_markdown(report: dict[str, Any]) -> str:
     """The human-readable report of a PATE run: the guarantee, the public images, the rounds."""
     privacy = report["privacy"]
-    lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "",
-             f"{guarantee(privacy)} with respect to {privacy['unit']} "
-             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
-             f"are not private and must not be released.", "",
+    lines = [f"# dpdistill report: PATE on public images, {report['dataset']}", "", _headline(privacy), "",
              f"Public images: {report['public']}.", ""]
     return "\n".join(lines + _answers_and_rounds(report, report["config"])) + "\n"
 
@@ -45,9 +42,7 @@ def dgd_markdown(report: dict[str, Any]) -> str:
     generative stream, the answers, the student."""
     privacy, generative, config = report["privacy"], report["generative"], report["config"]
     lines = [f"# dpdistill report: DGD (discriminative-generative distillation), {report['dataset']}", "",
-             f"{guarantee(privacy)} with respect to {privacy['unit']} "
-             f"({privacy['accountant']}; {privacy['aggregation']}). Covered: {privacy['covered']}. The teachers "
-             f"are not private and must not be released.", ""]
+             _headline(privacy), ""]
     if generative:
         training = generative.get("training")
         lines += ["## Generative stream", "",
@@ -80,6 +75,16 @@ def save_vote_leads(votes: Tensor, sigma: float, margin: float, path: Path) -> N
     plt.close(figure)
 
 
+def _headline(privacy: dict[str, Any]) -> str:
+    """The guarantee and what it covers; for the control (exact votes), that it has none."""
+    if privacy["mode"] == "none":
+        claim = f"**NO privacy guarantee: a control** ({privacy['aggregation']})"
+    else:
+        claim = (f"{guarantee(privacy)} with respect to {privacy['unit']} ({privacy['accountant']}; "
+                 f"{privacy['aggregation']})")
+    return f"{claim}. Covered: {privacy['covered']}. The teachers are not private and must not be released."
+
+
 def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     """PATE's and DGD's figures: the student, the answers, the budget, the student's rounds (`settings`: PATE's)."""
     privacy, accuracy = report["privacy"], report["accuracy"]
@@ -92,10 +97,11 @@ def _answers_and_rounds(report: dict[str, Any], settings: dict[str, Any]) -> lis
     timing = report["timing"]
     lines += [f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{timing['wall_seconds']:.1f} s |",
-              f"| of which voting and noise | {timing['release_seconds']:.1f} s |", "",
-              "How far each released noisy winner led the runner-up, in noise standard deviations (near 0: a coin "
-              "flip; from the released answers alone):", "", "![the answers' leads](answers.png)",
-              "", "## Student rounds", "",
+              f"| of which voting and noise | {timing['release_seconds']:.1f} s |", ""]
+    if privacy["mode"] != "none":  # a control's exact votes have no noise to measure the leads in
+        lines += ["How far each released noisy winner led the runner-up, in noise standard deviations (near 0: a "
+                  "coin flip; from the released answers alone):", "", "![the answers' leads](answers.png)", ""]
+    lines += ["## Student rounds", "",
               "Round 1 learns from the kept answers; each self-training round adds the public images the previous "
               "student labels confidently (post-processing: no further answers)."
               + STUDENT_TRAINING_NOTES.get(settings.get("student_training"), ""), ""]

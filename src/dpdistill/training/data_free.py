@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.errors import ConfigError
-from dpdistill.losses.generator import data_free_terms
+from dpdistill.losses.generator import BatchNormStatistics, data_free_terms
 from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_generator
@@ -38,6 +38,9 @@ class DataFreeConfig:
     entropy_weight: float = 5.0
     activation_weight: float = 0.1
     activation_norm: int = 1  # DGD's L1 activation term (DPSD and DPDFD use L2)
+    final_batchnorm: bool = True  # DAFL's last layer, BatchNorm without affine terms (the seed names no architecture)
+    batchnorm_weight: float = 0.0  # a departure from the seed: DeepInversion's match of the classifier's BatchNorm
+    # statistics, which makes images the baseline's layers see as they see real ones
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "latent_dim"):
@@ -49,6 +52,12 @@ class DataFreeConfig:
             raise ConfigError(f"generator width needs three positive channel counts, got {self.width}")
         if self.activation_norm not in (1, 2):
             raise ConfigError(f"generator activation-norm must be 1 or 2, got {self.activation_norm}")
+        if self.batchnorm_weight < 0:
+            raise ConfigError(f"generator batchnorm-weight must not be negative, got {self.batchnorm_weight}")
+
+    def build(self, out_shape: tuple[int, int, int]) -> Generator:
+        """A fresh generator of these settings."""
+        return build_generator(self.latent_dim, out_shape, self.width, self.final_batchnorm)
 
     def decay_steps(self) -> list[int]:
         return [max(1, round(self.steps * fraction)) for fraction in (0.4, 0.8)]
@@ -62,8 +71,12 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
     if not (hasattr(classifier, "features") and hasattr(classifier, "classify")):
         raise ConfigError("the generator's classifier must expose its features (a dpdistill classifier): an imported "
                           "model without them cannot drive the activation term")
+    statistics = BatchNormStatistics(classifier, enabled=config.batchnorm_weight > 0)
+    if config.batchnorm_weight > 0 and not statistics.layers:
+        raise ConfigError("generator batchnorm-weight needs a classifier with BatchNorm layers: its statistics are "
+                          "what the term matches")
     torch.manual_seed(seed)
-    generator = build_generator(config.latent_dim, out_shape, config.width).to(device)
+    generator = config.build(out_shape).to(device)
     classifier = classifier.to(device).eval().requires_grad_(False)
     optimizer = torch.optim.Adam(generator.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, config.decay_steps(), gamma=0.1)
@@ -71,9 +84,12 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
     generator.train()
     for step in range(1, config.steps + 1):
         images = generator(torch.randn(config.batch_size, config.latent_dim, device=device))
-        features = classifier.features(images)
+        with statistics:
+            features = classifier.features(images)
         terms = data_free_terms(classifier.classify(features), features, config.one_hot_weight,
                                 config.entropy_weight, config.activation_weight, config.activation_norm)
+        if config.batchnorm_weight > 0:
+            terms["batchnorm"] = config.batchnorm_weight * statistics.loss()
         loss = sum(terms.values())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
