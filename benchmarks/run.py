@@ -1073,8 +1073,8 @@ def _headline_epsilon(row: dict) -> str:
 PHASES = ("pretrain", "generate+teacher", "annotate", "student", "generator")
 
 
-def _number(value: float | None, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
+def _number(value: float | str | None, spec: str) -> str:
+    return "—" if value is None else format(float(value), spec)  # a report writes an infinite epsilon as "inf"
 
 
 def audit_table(rows: list[dict]) -> list[str]:
