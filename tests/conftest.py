@@ -43,12 +43,10 @@ def _near_random_answers_allowed(request):
     if request.node.get_closest_marker("preflight") is not None:
         yield
         return
-    from dpdistill.federated import method as federated_method
-    from dpdistill.privacy.budget import PrivacyPlan
+    from dpdistill.privacy import preflight
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PrivacyPlan, "refuse_near_random", lambda plan: None)
-        patch.setattr(federated_method, "refuse_near_random", lambda config, advice: None)
+        patch.setattr(preflight, "refuse_near_random", lambda advice, accepted: None)
         yield
 
 

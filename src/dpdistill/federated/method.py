@@ -34,7 +34,7 @@ from dpdistill.atomic import write_atomically
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL, PublicSplit
-from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
 from dpdistill.federated.owners import check_owners, owner_directory, prepare_owners
@@ -52,6 +52,7 @@ from dpdistill.methods.teachers import classifier_meta
 from dpdistill.methods.transcription import COVERS as TRANSCRIPTION_COVERS, transcription_release
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery, calibrate, paper_epsilon_dpsd_data
 from dpdistill.privacy.budget import SAME_UNDER_BOTH
+from dpdistill.privacy import preflight
 from dpdistill.privacy.preflight import gradient_advice, vote_advice
 from dpdistill.options import (OVERWRITE_OPTION, CommandSpec, Option, field_options, out_option, resume_option,
                                set_option)
@@ -143,27 +144,22 @@ class ServerPlan:
             pate = config.pate_config(len(evaluation.y_test))
             split = pate.public_split(evaluation)
             wire, query = calibrated_wire(config, vote_wire(config, num_classes, in_shape), pate.queries)
-            refuse_near_random(config, vote_advice(noise_std(query), config.members * config.clients, num_classes,
-                                                   "gaussian", "the owners' ensemble"))
+            preflight.refuse_near_random(vote_advice(noise_std(query), config.members * config.clients, num_classes,
+                                                   "gaussian", "the owners' ensemble"), config.accept_noise)
             return cls(evaluation, wire, query, pate.queries, pate=pate, split=split)
         transcription = config.transcription_config()
         transcription.validate(num_classes)
         check_remote_settings(transcription)
         queries = transcription.query_iterations(transcription.iterations) * transcription.batch_size
         wire, query = calibrated_wire(config, gradient_wire(config, transcription, num_classes, in_shape), queries)
-        refuse_near_random(config, gradient_advice(queries, noise_std(query) / GRID_STEPS,
-                                                   config.members * config.clients, num_classes))
+        preflight.refuse_near_random(gradient_advice(queries, noise_std(query) / GRID_STEPS,
+                                                     config.members * config.clients, num_classes), config.accept_noise)
         return cls(evaluation, wire, query, queries, transcription=transcription)
 
 
 def noise_std(query: DistributedDiscreteGaussianQuery) -> float:
     """The noise in a revealed sum that no adversary knows: the honest owners' shares, in the answer's units."""
     return query.share_sigma * math.sqrt(query.honest)
-
-
-def refuse_near_random(config: FederatedConfig, advice: str | None) -> None:
-    if advice is not None and not config.accept_noise:
-        raise PrivacyParameterError(advice)
 
 
 class FederatedJob(Job):

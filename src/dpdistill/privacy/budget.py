@@ -33,6 +33,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy import preflight
 from dpdistill.privacy.preflight import gradient_advice, response_advice, vote_advice
 
 PrivacyMode = Literal["data", "label", "none"]
@@ -151,9 +152,7 @@ class PrivacyPlan:
 
     def refuse_near_random(self) -> None:
         """Refuse a run whose answers would be near random, before it spends anything, unless accepted."""
-        advice = None if self.request.accept_noise else self.near_random()
-        if advice is not None:
-            raise PrivacyParameterError(advice)
+        preflight.refuse_near_random(self.near_random(), self.request.accept_noise)
 
     def epsilon(self, count: int) -> float:
         """Sound epsilon of `count` answers: infinite without a mechanism (the teacher read unprotected)."""

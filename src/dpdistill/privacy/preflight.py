@@ -17,6 +17,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from dpdistill.errors import PrivacyParameterError
+
 NEAR_RANDOM = 0.25  # refused below chance + NEAR_RANDOM x (1 - chance): a quarter of the way to certainty
 OVERRIDE = "--accept-noise"
 _GRID = np.linspace(-12.0, 12.0, 4001)  # standard deviations of the winner's own noise: the integral's support
@@ -52,6 +54,13 @@ def capacity_bits(queries: int, sigma: float, members: int = 1) -> float:
 def label_bits(classes: int) -> float:
     """log2(K!): the bits it takes only to tell which of K clusters is which class."""
     return math.lgamma(classes + 1) / math.log(2)
+
+
+def refuse_near_random(advice: str | None, accepted: bool) -> None:
+    """Refuse, before anything is spent, a run whose answers would be near random (`advice` says why), unless its
+    user accepted that (--accept-noise)."""
+    if advice is not None and not accepted:
+        raise PrivacyParameterError(advice)
 
 
 def vote_advice(sigma: float, members: int, classes: int, noise: str, what: str) -> str | None:
