@@ -301,17 +301,14 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
 
     `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
     from the private model it held still count."""
-    from dpdistill.models.imported import code_files, import_classifier, keep_factory
-    from dpdistill.models.registry import is_factory_file
+    from dpdistill.models.imported import factory_code, import_classifier, keep_factory
 
     _check_import_out(out_dir, overwrite)
     dataset = load_dataset(dataset_name)
     model = import_classifier(factory, weights, dataset.input_shape, dataset.num_classes, input_transform)
-    if is_factory_file(factory):  # refused before anything is written: a folder that is not the model's code
-        code_files(Path(factory.rpartition(":")[0]).expanduser().resolve(),
-                   (code or Path(factory.rpartition(":")[0]).parent).expanduser().resolve())
+    code_kept = factory_code(factory, code)  # refused before anything is written: a folder that is not its code
     out_dir.mkdir(parents=True, exist_ok=True)
-    arch, kept = keep_factory(factory, out_dir, code)
+    arch, kept = keep_factory(factory, code_kept, out_dir)
     meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
     if declared is not None:

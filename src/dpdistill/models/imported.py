@@ -13,6 +13,7 @@ unpickled.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,24 +39,42 @@ def import_classifier(factory: str, weights: Path, in_shape: tuple[int, int, int
     return model.eval()
 
 
-def keep_factory(factory: str, directory: Path, code: Path | None = None) -> tuple[str, dict[str, Any]]:
-    """(the `arch` to record, the `factory` entry of the description): a factory file is copied into `directory`
-    with the code beside it (`code`, default its own folder: CODE_DIR), a module stays a reference."""
-    location, _, name = factory.rpartition(":")
-    shutil.rmtree(directory / CODE_DIR, ignore_errors=True)  # an earlier import's, replaced by --overwrite
+@dataclass(frozen=True)
+class FactoryCode:
+    """What an import keeps of a factory: the file, the folder of code it lives in, and that folder's .py files."""
+
+    source: Path
+    root: Path
+    files: list[Path]
+    name: str  # the callable
+
+
+def factory_code(factory: str, code: Path | None = None) -> FactoryCode | None:
+    """The code a factory file brings (its own folder's, or `code`'s), checked before anything is written; None
+    for a module, which stays a reference."""
     if not is_factory_file(factory):
-        return factory, {"reference": factory, "note": "imported by name: the module must be importable (installed "
-                                                       "or on PYTHONPATH) wherever this teacher is loaded"}
+        return None
+    location, _, name = factory.rpartition(":")
     source = Path(location).expanduser().resolve()
     root = (code or source.parent).expanduser().resolve()
-    files = code_files(source, root)
-    for file in files:
-        target = directory / CODE_DIR / file.relative_to(root)
+    return FactoryCode(source, root, code_files(source, root), name)
+
+
+def keep_factory(factory: str, kept: FactoryCode | None, directory: Path) -> tuple[str, dict[str, Any]]:
+    """(the `arch` to record, the `factory` entry of the description): a factory file is copied into `directory`
+    with the code beside it (CODE_DIR), a module stays a reference."""
+    shutil.rmtree(directory / CODE_DIR, ignore_errors=True)  # an earlier import's, replaced by --overwrite
+    if kept is None:
+        return factory, {"reference": factory, "note": "imported by name: the module must be importable (installed "
+                                                       "or on PYTHONPATH) wherever this teacher is loaded"}
+    for file in kept.files:
+        target = directory / CODE_DIR / file.relative_to(kept.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
-    kept = f"{CODE_DIR}/{source.relative_to(root).as_posix()}"
-    return f"{kept}:{name}", {"file": kept, "callable": name, "copied_from": str(source), "code": str(root),
-                              "code_files": len(files), "note": "Python code run on every load of this teacher"}
+    path = f"{CODE_DIR}/{kept.source.relative_to(kept.root).as_posix()}"
+    return f"{path}:{kept.name}", {"file": path, "callable": kept.name, "copied_from": str(kept.source),
+                                   "code": str(kept.root), "code_files": len(kept.files),
+                                   "note": "Python code run on every load of this teacher"}
 
 
 def code_files(factory: Path, root: Path) -> list[Path]:
