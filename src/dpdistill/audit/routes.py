@@ -153,9 +153,10 @@ def routes() -> dict[str, Route]:
 
 
 def route_named(name: str) -> Route:
-    if name not in routes():
-        raise ConfigError(f"unknown audited route {name!r}: choose one of {', '.join(routes())}")
-    return routes()[name]
+    known = routes()
+    if name not in known:
+        raise ConfigError(f"unknown audited route {name!r}: choose one of {', '.join(known)}")
+    return known[name]
 
 
 def check_route(config: "AuditConfig") -> None:
