@@ -61,13 +61,14 @@ def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
     assert len(scores["student"]) == 200  # kept private: which canaries were in
 
 
-@pytest.mark.parametrize("epsilon, lowest, highest", [(1.0, 0.0, 1.0), (10.0, 1.5, 10.0)])
+# the lower bound from 200 canaries varies from run to run: at epsilon 10, 1.24 to 2.15 over 12 runs (median 1.7)
+@pytest.mark.parametrize("epsilon, lowest, highest", [(1.0, 0.0, 1.0), (10.0, 0.75, 10.0)])
 def test_white_box_gradient_canaries_meet_dpsgds_noise_and_stay_under_its_claim(tmp_path: Path, epsilon, lowest,
                                                                                   highest):
     report = run_audit(AuditConfig("digits", method="dpsgd", epsilon=epsilon, canaries=200, white_box=True,
                                    inversion=False), tmp_path)
     assert report["audit"]["scorer"] == "gradient" and "white box" in report["audit"]["canary"]
-    assert lowest <= report["audit"]["epsilon_lower_bound"] <= highest  # measured 0 at 1, 2.40 at 10 (of 3.11)
+    assert lowest <= report["audit"]["epsilon_lower_bound"] <= highest  # 0 at 1; at 10 of the reference's 3.11
     assert not (tmp_path / "private" / "audited-data.npz").exists()  # the data as it is: the canaries are gradients
 
 

@@ -1,6 +1,7 @@
 """Every command's --help reads whole in an 80-column terminal: no line is longer, nothing is cut short with an
 ellipsis, and no word or option name is split across two lines."""
 
+import json
 import os
 import re
 import subprocess
@@ -29,14 +30,36 @@ def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str,
 
 COMMANDS = _commands(typer.main.get_command(app))
 
+# One process prints every command's help (starting one per command cost 4-6 s each in imports): its stdout is a
+# pipe, as a terminal of COLUMNS columns would be read by rich, which CliRunner would replace with its own width.
+RENDER_ALL = """
+import contextlib, io, json, sys
+import typer
+from dpdistill.cli.main import app
+command, helps = typer.main.get_command(app), {}
+for path in json.loads(sys.argv[1]):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit):
+        command.main([*path, "--help"], prog_name="dpdistill", standalone_mode=False)
+    helps[" ".join(path)] = printed.getvalue()
+print(json.dumps(helps))
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, str]:
+    paths = json.dumps([list(path) for path, _ in COMMANDS])
+    result = subprocess.run([sys.executable, "-c", RENDER_ALL, paths], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": str(WIDTH)})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
 
 @pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(path) or "dpdistill" for path, _ in COMMANDS])
-def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any):
-    # a real terminal's width (CliRunner would force its own)
-    result = subprocess.run([sys.executable, "-m", "dpdistill.cli.main", *path, "--help"], capture_output=True,
-                            text=True, env={**os.environ, "COLUMNS": str(WIDTH)})
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any, helps: dict[str, str]):
+    text = helps[" ".join(path)]
+    lines = text.splitlines()
+    assert lines[0].startswith(" ".join(("Usage: dpdistill", *path))), text[:200]
     assert [line for line in lines if len(line) > WIDTH] == []
     body = [line for line in lines if not line.startswith("Usage:")]  # click's "[ARGS]..." is not a cut
     assert [line for line in body if "..." in line or "\u2026" in line] == []
@@ -45,5 +68,5 @@ def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any):
     assert split == []  # a word or name broken at its hyphen
     names = [name for parameter in command.params for name in (*parameter.opts, *parameter.secondary_opts)]
     names += list(getattr(command, "commands", {}))
-    words = set(re.findall(r"[\w-]+", result.stdout))
+    words = set(re.findall(r"[\w-]+", text))
     assert [name for name in names if name not in words] == []  # each option and subcommand named in one piece
