@@ -119,6 +119,13 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
                                        clear_previous, holding)
 
 
+def _member_phase(progress: Progress | None, index: int, partitions: int) -> Progress | None:
+    """A member's own epochs as a named phase of the display: a member can train for minutes."""
+    if progress is None:
+        return None
+    return lambda record: progress({**record, "phase": f"member {index + 1}/{partitions}"})
+
+
 def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                             alpha: float | None, progress: Progress | None, resume: bool,
                             clear_previous: Callable[[], None], holding: Tensor | None) -> dict:
@@ -162,7 +169,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         else:
             subset = dataset.train_subset(part)
             model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
-                                               evaluate_each_epoch=False)
+                                               _member_phase(progress, index, partitions), evaluate_each_epoch=False)
             save_model(member_directory(out_dir, index), model, meta)
             record = {"member": index + 1, "examples": len(part), "test_accuracy": training["test_accuracy"],
                       "wall_seconds": training["wall_seconds"]}

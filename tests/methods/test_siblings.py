@@ -54,14 +54,20 @@ def test_a_method_refuses_what_its_paper_does_not_protect(method: str, mode: str
 
 
 @pytest.mark.slow
-def test_dpdfd_learns_with_little_noise(digits_teacher: Path, tmp_path: Path):
-    """The whole-gradient release transfers knowledge (with DPSD's generator weights and the teacher as
-    discriminator: on 8x8 digits DPDFD's alpha = beta = 1 with the student as discriminator does not)."""
-    overrides = {"method": "dpdfd", "discriminator": "teacher", "entropy_weight": 5.0, "activation_weight": 0.1}
-    config = build_config("demo", overrides, {"mode": "data", "epsilon": 1e5})
+def test_dpdfd_learns_with_little_noise_in_its_own_loop(digits_teacher: Path, tmp_path: Path):
+    """The whole-gradient release transfers knowledge with DPDFD's own generator (the student as discriminator),
+    which its paper's activation term collapsed to one class even without noise (0.103 twice)."""
+    config = build_config("demo", {"method": "dpdfd"}, {"mode": "data", "epsilon": 1e5})
     report = transcribe(digits_teacher, config, tmp_path, "digits")
     assert report["method"] == "dpdfd" and report["config"]["top_k"] is None
-    assert report["accuracy"]["student"] > 0.42  # measured 0.52 and 0.55 on 2 cores: a margin of 0.1 below the lowest
+    assert report["config"]["activation_weight"] == 0 and report["config"]["discriminator"] == "student"
+    assert report["accuracy"]["student"] > 0.13  # measured 0.18, 0.19, 0.23, 0.26: a margin of 0.05 below the lowest
+
+
+def test_the_paper_preset_keeps_dpdfds_activation_term():
+    paper = build_config("paper", {"method": "dpdfd"}, {"mode": "data", "epsilon": 10.0})
+    assert paper.activation_weight == 1.0 and paper.entropy_weight == 1.0
+    assert build_config(None, {"method": "dpdfd"}, {"mode": "data", "epsilon": 10.0}).activation_weight == 0.0
 
 
 @pytest.mark.slow

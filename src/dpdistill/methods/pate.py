@@ -62,6 +62,7 @@ from dpdistill.training.vae import VaeConfig
 
 ANSWERS_FILE = "answers.safetensors"
 ANSWERS_FIGURE = "answers.png"  # the noisy winners' leads, in noise standard deviations
+ANSWERS_PHASE = "answers"  # a progress display's name for the ensemble answering
 QUERY_SELECTIONS = ("random", "kmeans")
 STUDENT_TRAININGS = ("supervised", "consistency", "tangent-normal")
 ANSWER_TARGETS = ("argmax", "posterior", "shares")
@@ -271,12 +272,15 @@ ANSWER_FIELDS = tuple(field.name for field in dataclasses.fields(Answers))
 
 @torch.inference_mode()
 def vote_counts(ensemble: TeacherEnsemble, images: Tensor, num_classes: int, device: torch.device,
-                batch_size: int = 512) -> Tensor:
-    """(n, classes) counts of the members' top classes, batch by batch (M x batch logits at a time)."""
+                batch_size: int = 512, progress: Progress | None = None) -> Tensor:
+    """(n, classes) counts of the members' top classes, batch by batch (M x batch logits at a time); a display
+    counts the images answered (a large ensemble takes minutes)."""
     counts = []
     for start in range(0, len(images), batch_size):
         member_logits = ensemble.member_logits(images[start:start + batch_size].to(device))
         counts.append(plurality_counts(member_logits, num_classes).cpu())
+        if progress:
+            progress({"phase": ANSWERS_PHASE, "done": min(start + batch_size, len(images)), "total": len(images)})
     return torch.cat(counts)
 
 
@@ -322,7 +326,7 @@ def _kmeans_plus_plus(points: Tensor, clusters: int, generator: torch.Generator)
 
 
 def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, config: PateConfig,
-                    num_classes: int) -> Answers:
+                    num_classes: int, progress: Progress | None = None) -> Answers:
     """Charge the ledger for every answer, then release the noisy plurality of each asked image's votes, with
     noise from secret randomness (or, debugging only, from the seed); the control (no mechanism) releases the
     exact votes."""
@@ -330,7 +334,7 @@ def release_answers(ensemble: TeacherEnsemble, pool: Tensor, plan: PrivacyPlan, 
     indices = choose_queries(pool, config)
     if ledger is not None:
         ledger.charge(len(indices))
-    votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device))
+    votes = vote_counts(ensemble, pool[indices], num_classes, torch.device(config.device), progress=progress)
     if ledger is None:  # the control
         return Answers(indices, votes.float(), votes.argmax(1), torch.ones(len(indices), dtype=torch.bool))
     everything = torch.ones_like(votes, dtype=torch.bool)
@@ -521,7 +525,8 @@ class PateJob(Job):
             answers = Answers.load(answers_path, config.queries)
         else:
             self.querying = True
-            answers = release_answers(self.ensemble.to(config.device).eval(), split.pool, plan, config, num_classes)
+            answers = release_answers(self.ensemble.to(config.device).eval(), split.pool, plan, config, num_classes,
+                                      self.progress)
             self.state_dir.mkdir(parents=True, exist_ok=True)
             answers.save(answers_path)
         release_seconds = time.perf_counter() - started

@@ -41,6 +41,7 @@ from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
 SENSITIVITY = 2.0  # L2, replace-one: see the module docstring
 SUM_BATCH = 2000  # private images embedded at once
+SUMS_PHASE = "class sums"  # a progress display's name for embedding the private images
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,9 @@ class MeanEmbeddingSynthesizer:
                 phi = self.embedding(dataset.x_train[start:end].to(device),
                                      None if coefficients is None else coefficients[start:end].to(device))
                 sums.index_add_(0, dataset.y_train[start:end].to(device), phi)
+                if self.progress:
+                    self.progress({"phase": SUMS_PHASE, "done": min(end, len(dataset.y_train)),
+                                   "total": len(dataset.y_train)})
         return sums + self.noise.normal(sums.shape, self.plan.sigma, device)
 
     def targets(self, noisy_sums: Tensor) -> Tensor:
