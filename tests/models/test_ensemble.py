@@ -112,14 +112,18 @@ def test_an_interrupted_ensemble_training_resumes_after_its_last_finished_member
     config = TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=5)
     whole = train_teacher_ensemble("digits", tmp_path / "whole", config, 3)
 
+    shown: list[dict] = []
+
     def stop_after_two(record: dict) -> None:
-        if record["member"] == 2:
+        shown.append(record)
+        if record.get("member") == 2:
             raise KeyboardInterrupt
 
     out = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         train_teacher_ensemble("digits", out, config, 3, progress=stop_after_two)
     assert not (out / ENSEMBLE_FILE).exists()  # a partial ensemble is never loadable
+    assert {record["phase"] for record in shown if "phase" in record} == {"member 1/3", "member 2/3"}  # its epochs
     with pytest.raises(ConfigError, match="unfinished run"):
         train_teacher_ensemble("digits", out, config, 3)
     trained_sizes = []

@@ -11,7 +11,7 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.training.mean_embedding import (EMBEDDING_PARTS, SENSITIVITY, Embedding, MeanEmbeddingConfig,
-                                               MeanEmbeddingSynthesizer, plan_mean_embedding)
+                                               SUMS_PHASE, MeanEmbeddingSynthesizer, plan_mean_embedding)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +86,11 @@ def test_released_means_are_the_class_means_when_the_noise_is_negligible(digits,
 
 
 def test_fitting_moves_each_class_towards_its_released_mean(digits, tmp_path):
-    run = config(epsilon=100.0, steps=40)
-    result = MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise_source(), tmp_path).run(False)
+    run, records = config(epsilon=100.0, steps=40), []
+    result = MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise_source(), tmp_path,
+                                      records.append).run(False)
+    summed = [record for record in records if record.get("phase") == SUMS_PHASE]
+    assert summed[-1]["done"] == summed[-1]["total"] == len(digits.y_train) and records[-1]["step"] == 40
     assert result.history[-1]["distance"] < 0.5 * result.history[0]["distance"]
     assert result.images.abs().max() <= 1 and torch.bincount(result.labels).tolist() == [10] * 10
 
