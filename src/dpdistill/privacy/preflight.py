@@ -21,6 +21,7 @@ from dpdistill.errors import PrivacyParameterError
 
 NEAR_RANDOM = 0.25  # refused below chance + NEAR_RANDOM x (1 - chance): a quarter of the way to certainty
 OVERRIDE = "--accept-noise"
+USEFUL = 0.9  # a unanimous vote's survival the advice names the voters for
 _GRID = np.linspace(-12.0, 12.0, 4001)  # standard deviations of the winner's own noise: the integral's support
 
 
@@ -34,6 +35,18 @@ def vote_survival(sigma: float, members: int, classes: int, noise: str = "gaussi
     weights = law.pdf(own)
     beaten_by_none = law.cdf(members + own) ** (classes - 1)
     return float(np.trapezoid(weights * beaten_by_none, own))
+
+
+def voters_for(probability: float, sigma: float, classes: int, noise: str = "gaussian") -> int:
+    """The fewest unanimous voters whose class survives the noise with `probability` (bisection: survival grows
+    with the voters)."""
+    low, high = 0, 1
+    while vote_survival(sigma, high, classes, noise) < probability:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if vote_survival(sigma, middle, classes, noise) < probability else (low, middle)
+    return high
 
 
 def truthful_response(epsilon0: float, candidates: int) -> float:
@@ -70,8 +83,9 @@ def vote_advice(sigma: float, members: int, classes: int, noise: str, what: str)
         return None
     return (f"{what}'s answers would be near random: noise of {sigma:.3g} on each vote count against {members} "
             f"voters keeps even a unanimous vote's class only {100 * survives:.0f}% of the time (chance "
-            f"{100 / classes:.0f}%); raise --epsilon, ask fewer --queries or use more teachers (pass {OVERRIDE} to "
-            f"run anyway)")
+            f"{100 / classes:.0f}%; {voters_for(USEFUL, sigma, classes, noise)} unanimous voters would keep it "
+            f"{100 * USEFUL:.0f}% of the time); raise --epsilon, ask fewer --queries or use more teachers (pass "
+            f"{OVERRIDE} to run anyway)")
 
 
 def response_advice(epsilon0: float, candidates: int) -> str | None:
