@@ -20,6 +20,7 @@ from dpdistill.models.ensemble import TeacherEnsemble, load_teacher
 from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
 from dpdistill.privacy.randomness import ReproducibleNoise
+from dpdistill.training.semi_supervised import VIEWS_PHASE
 
 # Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
 LOUD = {"epsilon": 1e6, "sigma": 0.05}
@@ -335,6 +336,8 @@ def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(di
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1; 0.76-0.81 on three ensembles
     steps = [record for record in records if "phase" not in record]  # after the answers' phase
     assert steps[0]["vae_step"] == 150 and steps[-1]["done"] == 300  # the VAE's fit shows, then the steps
+    views = [record for record in records if record.get("phase") == VIEWS_PHASE]  # and the triples made between
+    assert views[-1]["done"] == views[-1]["total"] > 0
     assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()
 
 

@@ -32,6 +32,7 @@ from dpdistill.training.vae import VaeConfig, fit_vae
 
 REGULARIZERS = ("fixmatch", "tangent-normal")
 TRIPLE_BATCH = 256  # images reconstructed at once when the triples are made
+VIEWS_PHASE = "manifold views"  # a progress display's name for making the triples
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,13 @@ def manifold_triples(unlabelled: Tensor, config: ConsistencyConfig, progress: Pr
     unlabelled images (made once: the VAE stays fixed while the classifier learns), and the VAE's report."""
     vae, report = fit_vae(unlabelled, config.vae, progress)
     torch.manual_seed(config.seed)
-    triples = [torch.stack(tangent_normal_views(vae, batch.to(config.vae.device), config.tangent_radius,
-                                                config.normal_radius)).cpu()
-               for batch in unlabelled.split(TRIPLE_BATCH)]
+    triples = []
+    for batch in unlabelled.split(TRIPLE_BATCH):  # minutes for 60,000 images: a display counts them
+        triples.append(torch.stack(tangent_normal_views(vae, batch.to(config.vae.device), config.tangent_radius,
+                                                        config.normal_radius)).cpu())
+        if progress:
+            progress({"phase": VIEWS_PHASE, "done": min(len(triples) * TRIPLE_BATCH, len(unlabelled)),
+                      "total": len(unlabelled)})
     return torch.cat(triples, dim=1), report
 
 
