@@ -29,7 +29,7 @@ def test_the_ensemble_that_taught_a_near_chance_student_is_refused_and_a_good_on
     time; 1,000 heads at the same noise, nearly always."""
     advice = vote_advice(118.0, 50, 5, "gaussian", "PATE")
     assert advice.startswith("PATE's answers would be near random") and "31%" in advice and "--accept-noise" in advice
-    assert "307 unanimous voters would keep it 90% of the time" in advice
+    assert "307 unanimous voters would keep it 90% of the time" in advice and "dpdistill train-private" in advice
     assert vote_survival(118.0, 306, 5) < 0.9 <= vote_survival(118.0, 307, 5)
     assert vote_advice(118.0, 1000, 10, "gaussian", "PATE") is None
 

@@ -84,8 +84,8 @@ def vote_advice(sigma: float, members: int, classes: int, noise: str, what: str)
     return (f"{what}'s answers would be near random: noise of {sigma:.3g} on each vote count against {members} "
             f"voters keeps even a unanimous vote's class only {100 * survives:.0f}% of the time (chance "
             f"{100 / classes:.0f}%; {voters_for(USEFUL, sigma, classes, noise)} unanimous voters would keep it "
-            f"{100 * USEFUL:.0f}% of the time); raise --epsilon, ask fewer --queries or use more teachers (pass "
-            f"{OVERRIDE} to run anyway)")
+            f"{100 * USEFUL:.0f}% of the time); raise --epsilon, ask fewer --queries, use more teachers, or where the "
+            f"data is at hand train on it with `dpdistill train-private` (pass {OVERRIDE} to run anyway)")
 
 
 def response_advice(epsilon0: float, candidates: int) -> str | None:
