@@ -8,7 +8,7 @@ import pytest
 
 from dpdistill.errors import BudgetExceededError, ConfigError
 from dpdistill.jobs import train_teacher
-from dpdistill.progress import ProgressDisplay, announce_start, shown
+from dpdistill.progress import ProgressDisplay, announce_start, shown, with_total
 from dpdistill.training.teacher import TeacherConfig
 
 
@@ -145,3 +145,12 @@ def test_the_api_takes_true_a_callable_or_nothing(capsys):
         assert given is print
     with shown(True, "x") as display:
         assert isinstance(display, ProgressDisplay)
+
+
+def test_a_run_total_given_to_the_records_leaves_a_phases_own_count():
+    records: list[dict] = []
+    counting = with_total(records.append, 40)
+    counting({"phase": "features", "done": 256, "total": 512})
+    counting({"epoch": 1})
+    assert records == [{"phase": "features", "done": 256, "total": 512}, {"epoch": 1, "total": 40}]
+    assert with_total(None, 40) is None

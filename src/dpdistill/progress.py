@@ -30,6 +30,13 @@ MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confide
 LOG_INTERVAL_SECONDS = 10.0  # between two plain lines when no milestone comes
 
 
+def with_total(progress: Progress | None, total: int) -> Progress | None:
+    """`progress`, told that the run's own count ends at `total` (a named phase keeps its own)."""
+    if progress is None:
+        return None
+    return lambda record: progress(record if "phase" in record else {**record, "total": total})
+
+
 def announce_start(progress: Progress | None) -> None:
     """Tell a display that the run's checks have passed and its long work begins: it draws nothing before (or
     before the first record), so that a refused run prints its error alone. A plain callable only gets records."""

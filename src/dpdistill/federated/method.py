@@ -58,7 +58,7 @@ from dpdistill.options import (OVERWRITE_OPTION, CommandSpec, Option, field_opti
                                set_option)
 from dpdistill.privacy.ledger import Budget, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, with_total
 from dpdistill.reporting.federated import federated_markdown
 from dpdistill.runs import claim_out_dir, release_state, saved_config
 
@@ -313,9 +313,8 @@ class FederatedJob(Job):
         release_seconds = time.perf_counter() - started
         contributors = [result[1] for result in kept if result is not None]
         sigma = server.wire.share_sigma * math.sqrt(min(contributors))  # the sums' noise, for posterior targets
-        student_progress = None if self.progress is None else (
-            lambda record: self.progress({**record, "total": pate.progress_total()}))
-        student, history = train_student(split, answers, pate, num_classes, sigma, student_progress)
+        student, history = train_student(split, answers, pate, num_classes, sigma,
+                                         with_total(self.progress, pate.progress_total()))
         report = {"dataset": config.dataset, "public": split.description,
                   "federation": self._federation_report(federation, kept, lost),
                   "accuracy": {"student": history[-1]["test_accuracy"],

@@ -29,7 +29,7 @@ from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpe
                                set_option)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, with_total
 from dpdistill.reporting.transcription import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
@@ -114,7 +114,7 @@ class ReleaseJob(Job):
         teacher = self._teach()
         transcription = TranscriptionJob(self.teacher_dir, self.config.transcription, self.out_dir,
                                          self.config.teacher.dataset,
-                                         self._counting_to(self.config.transcription.iterations))
+                                         with_total(self.progress, self.config.transcription.iterations))
         self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
         outcome = transcription.run(resume=release_state(self.out_dir).exists())
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
@@ -136,11 +136,7 @@ class ReleaseJob(Job):
         method = DPSGD()
         resumable = method.interrupted(self.teacher_dir) is not None
         return execute(method, Source(), self.config.teacher, self.teacher_dir, resume=resumable,
-                       overwrite=not resumable, progress=self._counting_to(self.config.teacher.epochs))
-
-    def _counting_to(self, total: int) -> Progress | None:
-        """The caller's progress, told each phase's own length (the teacher's epochs, then the iterations)."""
-        return None if self.progress is None else lambda record: self.progress({**record, "total": total})
+                       overwrite=not resumable, progress=with_total(self.progress, self.config.teacher.epochs))
 
 
 def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, relation: str = ADD_REMOVE,
