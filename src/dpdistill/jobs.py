@@ -30,7 +30,7 @@ from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTI
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
-from dpdistill.progress import Progress, announce_start
+from dpdistill.progress import Progress, announce_start, in_phase
 from dpdistill.reporting.jobs import job_markdown
 from dpdistill.reporting.report import write_json, write_report
 from dpdistill.runs import ENSEMBLE_STATE, check_out_dir, claim_out_dir, exclusive, write_config
@@ -119,13 +119,6 @@ def train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConf
                                        clear_previous, holding)
 
 
-def _member_phase(progress: Progress | None, index: int, partitions: int) -> Progress | None:
-    """A member's own epochs as a named phase of the display: a member can train for minutes."""
-    if progress is None:
-        return None
-    return lambda record: progress({**record, "phase": f"member {index + 1}/{partitions}"})
-
-
 def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherConfig, partitions: int,
                             alpha: float | None, progress: Progress | None, resume: bool,
                             clear_previous: Callable[[], None], holding: Tensor | None) -> dict:
@@ -169,7 +162,8 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         else:
             subset = dataset.train_subset(part)
             model, training = train_classifier(subset, dataclasses.replace(config, seed=config.seed + index),
-                                               _member_phase(progress, index, partitions), evaluate_each_epoch=False)
+                                               in_phase(progress, f"member {index + 1}/{partitions}"),
+                                               evaluate_each_epoch=False)  # a member can train for minutes
             save_model(member_directory(out_dir, index), model, meta)
             record = {"member": index + 1, "examples": len(part), "test_accuracy": training["test_accuracy"],
                       "wall_seconds": training["wall_seconds"]}

@@ -37,6 +37,13 @@ def with_total(progress: Progress | None, total: int) -> Progress | None:
     return lambda record: progress(record if "phase" in record else {**record, "total": total})
 
 
+def in_phase(progress: Progress | None, phase: str) -> Progress | None:
+    """`progress`, each record counted as part of the named `phase` (one it names itself stays its own)."""
+    if progress is None:
+        return None
+    return lambda record: progress(record if "phase" in record else {**record, "phase": phase})
+
+
 def announce_start(progress: Progress | None) -> None:
     """Tell a display that the run's checks have passed and its long work begins: it draws nothing before (or
     before the first record), so that a refused run prints its error alone. A plain callable only gets records."""

@@ -52,7 +52,7 @@ from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.mechanisms import noisy_votes
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.pate import pate_markdown, save_vote_leads
 from dpdistill.runs import release_state, saved_config
 from dpdistill.training.semi_supervised import ConsistencyConfig, manifold_triples, train_consistency
@@ -414,8 +414,9 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
         else:
             dataset = ImageDataset("pate-student", train_images, train_labels.argmax(1) if soft else train_labels,
                                    split.x_eval, split.y_eval, num_classes, split.description)
-            student, training = train_classifier(dataset, config.supervised_config(), evaluate_each_epoch=False,
-                                                 targets=train_labels if soft else None)
+            student, training = train_classifier(dataset, config.supervised_config(),
+                                                 in_phase(progress, f"student round {round_}"),
+                                                 evaluate_each_epoch=False, targets=train_labels if soft else None)
         history.append({"round": round_, "examples": len(train_labels), "test_accuracy": training["test_accuracy"],
                         "wall_seconds": training["wall_seconds"]})
         if progress:
