@@ -29,7 +29,7 @@ def test_a_killed_owner_leaves_a_completed_run_with_enough_noise_and_no_process_
     wire, query = calibrated_wire(config, vote_wire(config, 10, (1, 8, 8)), 40)
     wire = dataclasses.replace(wire, terms=RunTerms("deployment-test", 40, 3, 1, config.colluders, config.delta))
     save_file({"images": load_dataset("digits").x_test[:40].contiguous()}, tmp_path / "queries.safetensors")
-    plan = FederationPlan(wire, 3, 1, str(tmp_path / "rounds"), 20.0, round_queries=20,  # a stage: 6-8 s here
+    plan = FederationPlan(wire, 3, 1, str(tmp_path / "rounds"), 30.0, round_queries=20,
                           queries_file=str(tmp_path / "queries.safetensors"))
     plan.save(tmp_path / "plan.json")
     journal, started = RoundJournal(tmp_path / "rounds"), []
