@@ -831,8 +831,6 @@ TARGETS = (
            "wall"),
     Target("DataLens' control (10 conv teachers, no noise) at least 60%", "datalens-control-fmnist", 60),
     Target("DGD's control (exact votes on every image) at least 80%", "dgd-control-fmnist", 80),
-    Target("the same with the departures the probe found (BatchNorm statistics, scatter-linear, shares)",
-           "dgd-control-batchnorm-scatter-linear-fmnist", 80),
     Target("covered data-free transcription at epsilon 10 at least 75%", "pate-1000-heads-scatter-dpmerf-eps10-fmnist",
            75),
     Target("covered data-free transcription at epsilon 1 at least 65%", "pate-1000-heads-scatter-dpmerf-eps1-fmnist",
