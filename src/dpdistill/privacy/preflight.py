@@ -3,7 +3,8 @@ noise, the members, the classes, the queries: never the private data), and takes
 so a run refused here cannot succeed whatever the data, and one that passes may still fail.
 
 - Noisy votes (PATE, DGD, a federation's votes, an ensemble's label mode): the chance that a unanimous ensemble's
-  class is still the winner after the noise. Below halfway between chance and certainty, answers are near random.
+  class is still the winner after the noise. Less than a quarter of the way from chance to certainty (NEAR_RANDOM),
+  answers are near random.
 - Randomized response (a single teacher's label mode): the chance an answer is the true candidate, likewise.
 - Noisy gradients (data mode): each answer is a Gaussian channel of capacity at most M^2 / (2 sigma^2) nats (M
   members' bounded gradients summed, noise sigma times the bound); all answers together below log2(K!) bits cannot
