@@ -90,12 +90,12 @@ def test_the_stated_epsilon_holds_against_an_owner_who_knows_its_own_share(owner
 
     config = FederatedConfig(epsilon=1.0, dataset="digits", clients=owners, dropouts=dropouts)
     assert config.colluders == 1  # every owner is one: the default
-    wire, query = calibrated_wire(config, VOTES, 100)
+    wire, query = calibrated_wire(config, VOTES, 100, 0.0)
     assert query.epsilon(100, 1e-5) <= 1.0
     # what a curious owner sees: the sums minus its own share, protected by the others' shares alone
     others = dataclasses.replace(query, owners=owners - 1, dropouts=dropouts, colluders=0)
     assert others.epsilon(100, 1e-5) == pytest.approx(query.epsilon(100, 1e-5), rel=1e-9)
-    careless = calibrated_wire(dataclasses.replace(config, colluders=0), VOTES, 100)[1]  # shares for all owners
+    careless = calibrated_wire(dataclasses.replace(config, colluders=0), VOTES, 100, 0.0)[1]  # shares for all owners
     assert dataclasses.replace(careless, owners=owners - 1, colluders=0).epsilon(100, 1e-5) > 1.2
 
 

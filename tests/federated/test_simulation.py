@@ -93,14 +93,19 @@ def test_a_refused_owner_is_a_dropout_the_noise_was_sized_for(tmp_path: Path, ow
 def test_without_dropouts_a_refused_owner_stops_the_run_and_resume_finishes_it(tmp_path: Path, owners: Path,
                                                                                broken_owner: Path):
     out = tmp_path / "run"
-    with pytest.raises(FederationError, match="stopped at round 1 of 2"):
-        run(out, owners, **QUICK_STUDENT)
+    with pytest.raises(FederationError, match="stopped at round 1 of 2"):  # no colluders: a sparse graph of 3
+        run(out, owners, colluders=0, **QUICK_STUDENT)  # shares, whose own threshold (2) would have unmasked 4
     assert not (out / ANSWERS_FILE).exists() and not list((out / "private").rglob("round-*.safetensors"))
     reserved = json.loads((owners / "ledger.json").read_text())["entries"][-1]
     assert reserved["status"] == "reserved" and reserved["out_dir"] == str(out)
     shutil.copyfile(broken_owner.with_suffix(".kept"), broken_owner)  # the owner repairs its teacher
     report = federated(None, out, resume=True)
     assert report["federation"]["contributors"] == [5, 5] and report["resumed"] is True
+    privacy = report["privacy"]
+    assert (privacy["secagg_graph"], privacy["secagg_shares"], privacy["secagg_share_threshold"]) == ("sparse", 3, 2)
+    residual = (load_file(out / ANSWERS_FILE)["votes"]
+                - exact_votes([owner_directory(owners, i) for i in range(5)], report, out).sum(0))
+    assert residual.std().item() == pytest.approx(privacy["share_sigma"] * 5**0.5, rel=0.1)  # every mask removed
     assert json.loads((owners / "ledger.json").read_text())["entries"][-1]["status"] == "spent"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from dpdistill.data.public import pool_size
 from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.federated.graph import GRAPHS
 from dpdistill.federated.protocol import check_dropouts
 from dpdistill.options import SEED_HELP, setting
 from dpdistill.training.teacher import TeacherConfig
@@ -41,6 +42,10 @@ class FederatedConfig:
                                "sum keeps the planned noise")
     colluders: int = setting(1, "owners whose noise shares an adversary may know (each owner knows its own): the "
                                 "shares are sized so the other owners' alone meet the budget")
+    secagg_graph: str = setting("sparse", "secure aggregation's key-sharing graph: sparse (each owner shares keys "
+                                          "with a few random neighbours; its failure bound is added to delta) or "
+                                          "full (every owner with every other: no failure, minutes a round past "
+                                          "150 owners)")
     accept_noise: bool = setting(False, "run even where the answers would be near random (refused by default)",
                                  show_default=False)
     engine: str = setting("simulation", "simulation (Flower's, one process) or deployment (a SuperLink and M "
@@ -81,6 +86,9 @@ class FederatedConfig:
             raise PrivacyParameterError("a privacy budget --epsilon is required")
         if self.method not in FEDERATED_METHODS:
             raise ConfigError(f"unknown federated method {self.method!r}; choose one of {', '.join(FEDERATED_METHODS)}")
+        if self.secagg_graph not in GRAPHS:
+            raise ConfigError(f"unknown secure-aggregation graph {self.secagg_graph!r}; choose one of "
+                              f"{', '.join(GRAPHS)}")
         if self.engine not in ENGINES:
             raise ConfigError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
         check_dropouts(self.clients, self.dropouts, self.colluders)

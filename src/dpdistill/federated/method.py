@@ -37,6 +37,7 @@ from dpdistill.data.public import PUBLIC_POOL, PublicSplit
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import deploy, simulate
+from dpdistill.federated.graph import SecAggGraph, plan_graph
 from dpdistill.federated.owners import check_owners, owner_directory, prepare_owners
 from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire, query_cost,
                                           refusal)
@@ -97,13 +98,14 @@ class Federated(Method):
         return federated_markdown(report)
 
 
-def calibrated_wire(config: FederatedConfig, template: Wire, queries: int
+def calibrated_wire(config: FederatedConfig, template: Wire, queries: int, failure: float
                     ) -> tuple[Wire, DistributedDiscreteGaussianQuery]:
-    """Each owner's noise share for `queries` answers of the `template`'s form within the budget, and the wire that
-    carries them (its integer encoding sized for answers up to the row bound plus the noise)."""
+    """Each owner's noise share for `queries` answers of the `template`'s form within the budget (at delta less
+    the graph's `failure`), and the wire that carries them (its integer encoding sized for answers up to the row
+    bound plus the noise)."""
     owners, dropouts, colluders = config.clients, config.dropouts, config.colluders
     query = calibrate(lambda sigma: query_cost(dataclasses.replace(template, share_sigma=sigma), owners, dropouts,
-                                               colluders), queries, config.epsilon, config.delta)
+                                               colluders), queries, config.epsilon, config.delta - failure)
     encoding = Encoding.for_answers(template.row_bound, query.share_sigma, owners)
     return dataclasses.replace(template, share_sigma=query.share_sigma,
                                clipping_range=encoding.clipping_range), query
@@ -132,6 +134,8 @@ class ServerPlan:
     wire: Wire
     query: DistributedDiscreteGaussianQuery
     queries: int  # answers (query rows) the run asks for
+    rounds: int  # secure-aggregation rounds that ask them
+    graph: SecAggGraph
     pate: PateConfig | None = None  # PATE: the public split and the student's training
     split: PublicSplit | None = None
     transcription: TranscriptionConfig | None = None  # FedDPSD: the engine's settings
@@ -143,18 +147,34 @@ class ServerPlan:
         if config.method == "pate":
             pate = config.pate_config(len(evaluation.y_test))
             split = pate.public_split(evaluation)
-            wire, query = calibrated_wire(config, vote_wire(config, num_classes, in_shape), pate.queries)
+            rounds = math.ceil(pate.queries / config.round_queries)
+            graph = cls.graph_of(config, rounds)
+            wire, query = calibrated_wire(config, vote_wire(config, num_classes, in_shape), pate.queries,
+                                          graph.run_failure(rounds))
             preflight.refuse_near_random(vote_advice(noise_std(query), config.members * config.clients, num_classes,
                                                    "gaussian", "the owners' ensemble"), config.accept_noise)
-            return cls(evaluation, wire, query, pate.queries, pate=pate, split=split)
+            return cls(evaluation, wire, query, pate.queries, rounds, graph, pate=pate, split=split)
         transcription = config.transcription_config()
         transcription.validate(num_classes)
         check_remote_settings(transcription)
-        queries = transcription.query_iterations(transcription.iterations) * transcription.batch_size
-        wire, query = calibrated_wire(config, gradient_wire(config, transcription, num_classes, in_shape), queries)
+        rounds = transcription.query_iterations(transcription.iterations)
+        queries = rounds * transcription.batch_size
+        graph = cls.graph_of(config, rounds)
+        wire, query = calibrated_wire(config, gradient_wire(config, transcription, num_classes, in_shape), queries,
+                                      graph.run_failure(rounds))
         preflight.refuse_near_random(gradient_advice(queries, noise_std(query) / GRID_STEPS,
                                                      config.members * config.clients, num_classes), config.accept_noise)
-        return cls(evaluation, wire, query, queries, transcription=transcription)
+        return cls(evaluation, wire, query, queries, rounds, graph, transcription=transcription)
+
+    @staticmethod
+    def graph_of(config: FederatedConfig, rounds: int) -> SecAggGraph:
+        return plan_graph(config.secagg_graph, config.clients, config.dropouts, config.colluders, rounds,
+                          config.delta)
+
+    @property
+    def failure(self) -> float:
+        """The part of delta the key-sharing graph takes over the run."""
+        return self.graph.run_failure(self.rounds)
 
 
 def noise_std(query: DistributedDiscreteGaussianQuery) -> float:
@@ -171,10 +191,11 @@ class FederatedJob(Job):
         self.server = ServerPlan.of(config)
         self.config, self.progress = config, progress
         self.ledger_dir = owners_root
-        self.planned = Release.of_query(self.server.query, self.server.queries, config.delta)
+        self.planned = Release.of_query(self.server.query, self.server.queries, config.delta, self.server.failure)
         # the owners simulated here hold parts of this data set: its ledger records their answers
         self.data_set = (self.server.evaluation.digest, config.dataset)
         self.state_dir = release_state(out_dir)
+        self.round_seconds: list[float] = []  # the rounds this process asked, as they landed
 
     def _write_plan(self) -> FederationPlan:
         """The plan the server runs from (and PATE's queries), kept before the first round."""
@@ -182,8 +203,10 @@ class FederatedJob(Job):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # a simulated owner cannot vanish, and its stages queue on this machine's workers: wait for every reply
         timeout = config.stage_timeout if config.engine == "deployment" else None
+        graph = server.graph
         terms = RunTerms(secrets.token_hex(8), server.queries, config.clients, config.dropouts, config.colluders,
-                         config.delta)
+                         config.delta, None if graph.full else graph.shares, None if graph.full else graph.threshold,
+                         server.rounds)
         plan = FederationPlan(dataclasses.replace(server.wire, terms=terms), config.clients, config.dropouts,
                               str((self.state_dir / ROUNDS_DIR).resolve()), timeout, config.method, config.members,
                               config.colluders)
@@ -220,12 +243,19 @@ class FederatedJob(Job):
             watcher.join()
 
     def _watch_rounds(self, plan: FederationPlan, finished: threading.Event) -> None:
-        journal, total, reported = RoundJournal(Path(plan.journal_dir)), self._rounds(plan), -1
+        """Report each journaled round as it lands, and time the rounds of this process (to a second; the first
+        holds the engine's start-up)."""
+        journal, total = RoundJournal(Path(plan.journal_dir)), self._rounds(plan)
+        reported, last = None, time.perf_counter()
         while True:
             done = sum(journal.done(index) for index in range(total))
+            if reported is not None and done > reported:
+                now = time.perf_counter()
+                self.round_seconds += [(now - last) / (done - reported)] * (done - reported)
+                last = now
             if self.progress and done != reported:
                 self.progress({"round": done, "total": total})
-                reported = done
+            reported = done
             if finished.wait(1.0):
                 return
 
@@ -280,7 +310,7 @@ class FederatedJob(Job):
 
     def _federation_report(self, federation: dict[str, Any], kept: list, lost: list[int]) -> dict[str, Any]:
         return {**federation, "method": self.config.method, "owners": [str(path) for path in self.owner_dirs],
-                "rounds": len(kept),
+                "rounds": len(kept), "round_seconds": self.round_seconds,
                 "contributors": [result[1] for result in kept if result is not None], "lost_rounds": lost}
 
     def _privacy(self) -> dict[str, Any]:
@@ -295,6 +325,9 @@ class FederatedJob(Job):
                 "epsilon_add_remove": self.planned.epsilon, "epsilon_rdp": self.planned.epsilon,
                 "budget_epsilon": config.epsilon, "mode": "data", "owners": config.clients,
                 "dropouts": config.dropouts, "threshold": config.clients - config.dropouts,
+                "secagg_graph": server.graph.kind, "secagg_shares": server.graph.shares,
+                "secagg_share_threshold": server.graph.threshold, "secagg_failure_per_round": server.graph.failure,
+                "secagg_failure": server.failure, "secagg_stall_per_round": server.graph.stall,
                 "colluders": config.colluders, "honest_shares": server.query.honest,
                 "share_sigma": server.wire.share_sigma, "sigma_at_threshold": server.query.total_sigma,
                 "noise_multiplier": server.query.noise_multiplier, "clipping_range": server.wire.clipping_range,

@@ -12,8 +12,10 @@ integer grid, plus its own share of discrete Gaussian noise, drawn from secret r
    Q / 2C levels per unit; with Q = 2C an integer is its own quantisation, so the server's sum is exact. C is a
    power of two far beyond any answer plus noise: the chance that a share is clipped is below `CLIP_TAIL` over the
    whole run (a term of delta far below any stated delta, and stated in the report).
-3. The threshold: SecAgg+ unmasks a sum only with `owners - dropouts` owners' shares, more than half of them, so
-   the server never sees a sum of fewer noise shares than the accounting assumes.
+3. The threshold: the server unmasks a sum only with at least `owners - dropouts` contributors, more than half the
+   owners, so it never sees a sum of fewer noise shares than the accounting assumes. On the full graph SecAgg+'s
+   reconstruction threshold enforces it; on a sparse graph (federated/graph.py) the server checks it before
+   unmasking, and the graph's failure bound is part of delta.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
+from dpdistill.federated.graph import SecAggGraph, full_graph, graph_failure
 from dpdistill.privacy.accounting import DistributedDiscreteGaussianQuery
 from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.privacy.randomness import NoiseSource
@@ -103,7 +106,8 @@ class GradientAnswer:
 @dataclass(frozen=True)
 class RunTerms:
     """What an owner's client needs to account a run in its own ledger, whatever the server reports: the run's
-    name and the plan its noise was sized for."""
+    name, the plan its noise was sized for, and the secure-aggregation graph, whose failure bound the owner
+    recomputes itself."""
 
     run: str  # random, drawn when the run is planned; a resumed run keeps it
     queries: int  # query rows the run plans to ask
@@ -111,6 +115,19 @@ class RunTerms:
     dropouts: int
     colluders: int
     delta: float
+    shares: int | None = None  # SecAgg+ neighbours of each owner, itself included; None: every owner (full graph)
+    threshold: int | None = None  # of those shares, needed to unmask (None: owners - dropouts)
+    rounds: int = 1  # secure-aggregation rounds the run plans, each with the graph's failure bound
+
+    def graph(self) -> SecAggGraph:
+        if self.shares is None or self.threshold is None:
+            return full_graph(self.owners, self.dropouts)
+        return SecAggGraph("sparse", self.owners, self.shares, self.threshold,
+                           graph_failure(self.owners, self.dropouts, self.colluders, self.shares, self.threshold))
+
+    def failure(self) -> float:
+        """The part of delta the graph takes, over the run's rounds."""
+        return self.graph().run_failure(self.rounds)
 
 
 @dataclass(frozen=True)
@@ -169,7 +186,7 @@ def admit(owner_dir: Path, wire: Wire, rows: int) -> None:
     else:
         try:
             query = query_cost(wire, terms.owners, terms.dropouts, terms.colluders)
-            ReleaseLedger(owner_dir).answer(terms.run, query, rows, terms.queries, terms.delta)
+            ReleaseLedger(owner_dir).answer(terms.run, query, rows, terms.queries, terms.delta, terms.failure())
             return
         except (BudgetExceededError, PrivacyParameterError) as error:
             reason = str(error)

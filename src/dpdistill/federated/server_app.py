@@ -3,7 +3,8 @@ PATE's rounds are run here; FedDPSD's are the DPSD engine's queries (federated/t
 
 Each round runs Flower's SecAgg+ workflow on a one-round strategy: the owners' noisy integer answers are masked,
 summed and unmasked only if at least the threshold's owners (owners - dropouts) contributed, so the server never
-sees one owner's answer, nor a sum carrying less noise than the accounting charged. Every released sum is kept in
+sees one owner's answer, nor a sum carrying less noise than the accounting charged (on a sparse key-sharing graph,
+except with the probability federated/graph.py bounds and the accounting adds to delta). Every released sum is kept in
 the round journal before the next round starts; a restarted server continues after the last kept round. A round
 that cannot be completed stops the run cleanly: the failure is recorded, nothing of that round is released.
 """
@@ -33,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from dpdistill.atomic import write_atomically
+from dpdistill.federated.graph import SecAggGraph, full_graph
 from dpdistill.federated.protocol import Encoding, Wire
 
 PLAN = "plan"  # run config key: the federation plan's path (deployment)
@@ -150,20 +152,26 @@ class _OneRound(Strategy):
 LOST = "lost"  # a round that reached SecAgg+'s unmasking and failed there
 
 
+def round_graph(plan: FederationPlan) -> SecAggGraph:
+    """The key-sharing graph the run's terms name (the full graph for a plan without terms)."""
+    terms = plan.wire.terms
+    return full_graph(plan.owners, plan.dropouts) if terms is None else terms.graph()
+
+
 def secagg_workflow(plan: FederationPlan, encoding: Encoding) -> SecAggPlusWorkflow:
-    """SecAgg+ on the full graph (every present owner holds a share of every other's keys) that unmasks a sum only
-    with at least owners - dropouts contributors. The threshold is an integer: Flower reads a float as a fraction
-    of the owners present at that round's roll call, so with owners missing it would unmask fewer contributors'
-    sum than the noise was sized for."""
-    return SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=int(plan.owners - plan.dropouts),
-                              max_weight=1.0, clipping_range=float(encoding.clipping_range),
+    """SecAgg+ on the run's graph (federated/graph.py). Its threshold is an integer: Flower reads a float as a
+    fraction of the owners present at that round's roll call, so with owners missing the full graph would unmask
+    fewer contributors' sum than the noise was sized for."""
+    shares, threshold = round_graph(plan).workflow_settings()
+    return SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold, max_weight=1.0,
+                              clipping_range=float(encoding.clipping_range),
                               quantization_range=encoding.quantization_range, timeout=plan.stage_timeout)
 
 
 def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.ndarray], plan: FederationPlan,
                index: int) -> tuple[Tensor, int] | str | None:
-    """The owners' summed noisy answers to `arrays` and how many owners contributed; None when fewer than the
-    threshold completed the masked upload (SecAgg+ stops before unmasking: nothing is revealed); LOST when
+    """The owners' summed noisy answers to `arrays` and how many owners contributed; None when fewer than
+    owners - dropouts completed the masked upload (stopped before unmasking: nothing is revealed); LOST when
     unmasking itself failed (the server then holds key shares that could unmask the completed owners' sum)."""
     encoding = Encoding(plan.wire.clipping_range)
     query = FitIns(ndarrays_to_parameters(arrays), {"wire": json.dumps(plan.wire.to_json())})
@@ -177,6 +185,8 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], arrays: list[np.n
     for stage in (workflow.setup_stage, workflow.share_keys_stage, workflow.collect_masked_vectors_stage):
         if not stage(grid, legacy, state):
             return None
+    if len(state.active_node_ids) < threshold:  # a sparse graph's own threshold counts neighbours, not owners
+        return None
     if not workflow.unmask_stage(grid, legacy, state) or strategy.mean is None or strategy.contributors < threshold:
         return LOST
     return Encoding.decode_sum(strategy.mean, strategy.contributors), strategy.contributors

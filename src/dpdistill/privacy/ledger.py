@@ -87,14 +87,17 @@ def _decode(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Release:
-    """What one run releases from a teacher: its event, the (epsilon, delta) it reported, and whether its noise is
+    """What one run releases from a teacher: its event, the (epsilon, delta) it reported, whether its noise is
     a discrete Gaussian on integer counts (recorded as the continuous Gaussian of the same sigma, whose RDP bound
-    holds for it, but whose exact analytic or PLD figure is not a proven bound for it)."""
+    holds for it, but whose exact analytic or PLD figure is not a proven bound for it), and `failure`, a part of
+    delta that is no event's: the chance, independent of the data, that the protection around the noise failed (a
+    sparse secure-aggregation graph); the event's epsilon holds at delta minus it."""
 
     event: dp_accounting.DpEvent
     delta: float
     epsilon: float
     discrete: bool = False
+    failure: float = 0.0
 
     @classmethod
     def of_plan(cls, plan: PrivacyPlan, count: int) -> "Release":
@@ -103,10 +106,10 @@ class Release:
                    getattr(plan.query, "discrete", False))
 
     @classmethod
-    def of_query(cls, query: QuerySpec, count: int, delta: float) -> "Release":
-        """`count` (at least one) answers of `query`, stated at `delta`."""
+    def of_query(cls, query: QuerySpec, count: int, delta: float, failure: float = 0.0) -> "Release":
+        """`count` (at least one) answers of `query`, stated at `delta` (`failure` of it not the noise's)."""
         return cls(dp_accounting.SelfComposedDpEvent(query.dp_event(), count), delta,
-                   query_epsilon(query, count, delta), getattr(query, "discrete", False))
+                   query_epsilon(query, count, delta - failure), getattr(query, "discrete", False), failure)
 
     @classmethod
     def post_processing(cls, delta: float) -> "Release":
@@ -167,6 +170,7 @@ class LedgerEntry:
 
     def to_json(self) -> dict[str, Any]:
         extra = {} if self.answered is None else {"answered": self.answered}
+        extra |= {"failure": self.release.failure} if self.release.failure else {}
         return {"out_dir": self.out_dir, "method": self.method, "time": self.time, "status": self.status,
                 "event": event_to_json(self.release.event), "delta": self.release.delta,
                 "epsilon": self.release.epsilon, "discrete": self.release.discrete, **extra}
@@ -174,7 +178,7 @@ class LedgerEntry:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "LedgerEntry":
         release = Release(event_from_json(data["event"]), float(data["delta"]), float(data["epsilon"]),
-                          bool(data["discrete"]))
+                          bool(data["discrete"]), float(data.get("failure", 0.0)))
         if data["status"] not in (RESERVED, SPENT):
             raise ValueError(f"unknown status {data['status']!r}")
         answered = data.get("answered")
@@ -228,7 +232,8 @@ def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
     """Sound epsilon at `delta` of all `releases` together.
 
     One release: the epsilon it reported (the figure the run calibrated to), if stated at `delta` or smaller.
-    Only continuous Gaussians: exact, since they compose to one Gaussian whose mu^2 is the sum of theirs.
+    Otherwise the events compose at `delta` less the releases' failure terms (`Release.failure`). Only continuous
+    Gaussians: exact, since they compose to one Gaussian whose mu^2 is the sum of theirs.
     Otherwise dp-accounting's RDP accountant under replace-one neighbours: it takes Gaussian multipliers as given
     (ours are std / replace-one sensitivity), bounds the discrete Gaussian too, and counts randomized response
     correctly (its PLD accountant ignores the count of a self-composed randomized response).
@@ -238,6 +243,10 @@ def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
         return 0.0
     if len(releases) == 1 and releases[0].delta <= delta:
         return releases[0].epsilon
+    failure = sum(release.failure for release in releases)
+    if failure >= delta:
+        return math.inf
+    delta -= failure
     if not any(release.discrete for release in releases):
         squares = [_gaussian_mu_squared(release.event) for release in releases]
         if None not in squares:
@@ -264,7 +273,8 @@ def summed_epsilon(releases: Sequence[Release], delta: float) -> float:
 def composed_release(releases: Sequence[Release], delta: float) -> Release:
     """`releases` as one: their events composed, their sound `composed_epsilon` at `delta`."""
     return Release(dp_accounting.ComposedDpEvent([release.event for release in releases]), delta,
-                   composed_epsilon(releases, delta), any(release.discrete for release in releases))
+                   composed_epsilon(releases, delta), any(release.discrete for release in releases),
+                   sum(release.failure for release in releases))
 
 
 def _gaussian_mu_squared(event: dp_accounting.DpEvent) -> float | None:
@@ -354,7 +364,8 @@ class ReleaseLedger:
                 f"epsilon={release.epsilon:.4g} would bring the total to {after:.4g}{deltas}. Lower "
                 f"--epsilon, or let the data owner raise the total with `{self.raise_total}`")
 
-    def answer(self, run: str, query: QuerySpec, rows: int, planned: int, delta: float) -> LedgerState:
+    def answer(self, run: str, query: QuerySpec, rows: int, planned: int, delta: float,
+               failure: float = 0.0) -> LedgerState:
         """A data owner's ledger as its client answers a federated run round by round, before each answer: the
         first reserves the run's `planned` rows of `query`, every row answered counts, rows past the plan (a round
         asked again after a failure) raise the charge. Refused past the total, and when the run's noise or
@@ -365,11 +376,11 @@ class ReleaseLedger:
             earlier = next((entry for entry in state.entries if entry.out_dir == key), None)
             if earlier is not None:
                 if (getattr(earlier.release.event, "event", None) != query.dp_event()
-                        or earlier.release.delta != delta):
+                        or (earlier.release.delta, earlier.release.failure) != (delta, failure)):
                     raise BudgetExceededError(f"federated run {run} changed its noise or terms after this owner's "
                                               f"first answer: refused")
                 rows += earlier.answered or 0
-            release = Release.of_query(query, max(planned, rows), delta)
+            release = Release.of_query(query, max(planned, rows), delta, failure)
             kept = [entry for entry in state.entries if entry.out_dir != key]
             self._refuse_past_total(state, kept, release)
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")

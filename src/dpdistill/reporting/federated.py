@@ -13,6 +13,9 @@ from dpdistill.reporting.report import (as_written, guarantee, number, paper_eps
 
 FEDERATED_ROWS = (("owners", "data owners"), ("threshold", "owners needed in every round (owners - dropouts)"),
                   ("colluders", "colluding owners tolerated (each knows its own share)"),
+                  ("secagg_shares", "SecAgg+ key-sharing neighbours of each owner, itself included"),
+                  ("secagg_share_threshold", "of those, the key shares needed to unmask"),
+                  ("secagg_failure", "chance the graph exposed or split a sum over the run (part of delta)"),
                   ("honest_shares", "the fewest shares in a sum that no colluder knows: the noise is sized for them"),
                   ("queries", "queries asked"), ("share_sigma", "each owner's noise share (sigma)"),
                   ("sigma_at_threshold", "noise of the honest shares at the threshold (sigma)"),
@@ -43,6 +46,7 @@ def federated_markdown(report: dict[str, Any]) -> str:
               f"| rounds lost during secure aggregation (spent, unanswered) | "
               f"{', '.join(map(str, federation['lost_rounds'])) or 'none'} |",
               f"| federation wall time | {federation['wall_seconds']:.1f} s |",
+              *_round_times(federation.get("round_seconds", [])),
               f"| wall time{' (resumed run: this part)' if report.get('resumed') else ''} | "
               f"{report['timing']['wall_seconds']:.1f} s |", ""]
     if pate:
@@ -51,6 +55,15 @@ def federated_markdown(report: dict[str, Any]) -> str:
     lines += [*samples_and_curve(report), "", "## Configuration of the server's engine", "", "```json",
               engine_config, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _round_times(seconds: list[float]) -> list[str]:
+    """The first round (with the engine's start-up) and the median of the others, to the watcher's second."""
+    if not seconds:
+        return []
+    later = sorted(seconds[1:])
+    rest = f", then {later[len(later) // 2]:.0f} s (median of {len(later)})" if later else ""
+    return [f"| seconds per round, as journaled | first {seconds[0]:.0f} s (with start-up){rest} |"]
 
 
 def _contributors(counts: list[int]) -> str:
