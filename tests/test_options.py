@@ -92,7 +92,7 @@ def test_each_declared_commands_api_function_takes_the_command_lines_options_and
     group = typer.main.get_command(app)
     options = [parameter for parameter in group.get_command(click.Context(group), name).params
                if parameter.name != "quiet"]
-    api_parameters = inspect.signature(getattr(api, name.replace("-", "_"))).parameters
+    api_parameters = inspect.signature(getattr(api, api.api_name(name))).parameters
     assert set(api_parameters) == {option.name for option in options} | {"progress"}
     for option in options:  # a repeatable option's default is click's empty tuple, the API's empty list
         expected = inspect.Parameter.empty if option.required else list(option.default) if option.multiple \

@@ -36,7 +36,7 @@ def main(out: Path) -> None:
     config = FederatedConfig(epsilon=10.0, dataset="digits", clients=OWNERS, dropouts=DROPOUTS, members_per_owner=2,
                              teacher_epochs=1, queries=QUERIES)
     owner_dirs = prepare_owners(out / "owners", config)
-    wire, query = calibrated_wire(config, vote_wire(config, 10, (1, 8, 8)), QUERIES)
+    wire, query = calibrated_wire(config, vote_wire(config, 10, (1, 8, 8)), QUERIES, 0.0)
     wire = dataclasses.replace(wire, terms=RunTerms(f"threshold-{int(time.time())}", QUERIES, OWNERS, DROPOUTS,
                                                     config.colluders, config.delta))
     save_file({"images": load_dataset("digits").x_test[:QUERIES].contiguous()}, out / "queries.safetensors")

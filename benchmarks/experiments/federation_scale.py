@@ -8,6 +8,11 @@ round's cost does not depend on what the teachers learnt, and training a thousan
 copy is its own owner (its own identity and ledger).
 
     .venv/bin/python benchmarks/experiments/federation_scale.py OUT_DIR [--owners 10,50,250,1000] [--graph sparse]
+        [--flower-delivery]
+
+`--flower-delivery` runs Flower 1.41's own message delivery instead of dpdistill's one pass a tick
+(`engines.delivered_in_one_pass`): each tick asks the link state for every node's next message, and each ask
+checks every stored message.
 
 Writes `OUT_DIR/federation_scale.json` and, with --record, benchmarks/experiments/results/federation_scale.json and
 federation_scale.png beside it.
@@ -16,12 +21,14 @@ federation_scale.png beside it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 from pathlib import Path
 
 from dpdistill.data import load_dataset
 from dpdistill.data.partition import new_partition_key, partition_indices
+from dpdistill.federated import engines
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import OWNERS_FILE, owner_directory, owners_spec
 from dpdistill.jobs import train_teacher_ensemble
@@ -69,7 +76,7 @@ def copied_owners(root: Path, template: Path, config: FederatedConfig) -> Path:
     return root
 
 
-def measure(out: Path, owners: int, graph: str, template: Path) -> dict:
+def measure(out: Path, owners: int, graph: str, template: Path, delivery: str) -> dict:
     config = settings(owners, graph)
     root = copied_owners(out / f"owners-{owners}", template, config)
     run_dir = out / f"run-{owners}-{graph}"
@@ -77,7 +84,8 @@ def measure(out: Path, owners: int, graph: str, template: Path) -> dict:
     report = federated(config, run_dir, root)
     first, second = report["federation"]["round_seconds"]
     privacy = report["privacy"]
-    return {"owners": owners, "graph": privacy["secagg_graph"], "shares": privacy["secagg_shares"],
+    return {"owners": owners, "graph": privacy["secagg_graph"], "delivery": delivery,
+            "shares": privacy["secagg_shares"],
             "share_threshold": privacy["secagg_share_threshold"], "dropouts": config.dropouts,
             "colluders": config.colluders, "failure_over_run": privacy["secagg_failure"],
             "round_1_seconds": first, "round_2_seconds": second,
@@ -91,12 +99,13 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(5, 3.5))
-    for graph in sorted({row["graph"] for row in rows}):
-        chosen = [row for row in rows if row["graph"] == graph]
-        axes.plot([row["owners"] for row in chosen], [row["round_2_seconds"] for row in chosen], "o-", label=graph)
+    for graph, delivery in sorted({(row["graph"], row["delivery"]) for row in rows}):
+        chosen = [row for row in rows if (row["graph"], row["delivery"]) == (graph, delivery)]
+        axes.plot([row["owners"] for row in chosen], [row["round_2_seconds"] for row in chosen], "o-",
+                  label=f"{graph} graph, {delivery} delivery")
     axes.set(xscale="log", yscale="log", xlabel="data owners", ylabel="seconds per round (round 2)",
              title="Federated PATE round on Flower's simulation, 2 cores")
-    axes.legend(title="SecAgg+ graph")
+    axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
@@ -106,20 +115,24 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--owners", default="10,50,250,1000")
     parser.add_argument("--graph", default="sparse", choices=("sparse", "full"))
+    parser.add_argument("--flower-delivery", action="store_true", help="Flower's own message delivery")
     parser.add_argument("--record", action="store_true", help="add the rows to benchmarks/experiments/results")
     args = parser.parse_args()
+    delivery = "flower" if args.flower_delivery else "one pass"
+    if args.flower_delivery:
+        engines.delivered_in_one_pass = contextlib.nullcontext
     template = template_owner(args.out / "template")
     rows = []
     for owners in [int(count) for count in args.owners.split(",")]:
-        rows.append(measure(args.out, owners, args.graph, template))
+        rows.append(measure(args.out, owners, args.graph, template, delivery))
         print(json.dumps(rows[-1]), flush=True)
         write_json(args.out / "federation_scale.json", rows)
     if args.record:
         path = RESULTS / "federation_scale.json"
         kept = json.loads(path.read_text()) if path.exists() else []
-        measured = {(row["owners"], row["graph"]) for row in rows}
-        rows = sorted([row for row in kept if (row["owners"], row["graph"]) not in measured] + rows,
-                      key=lambda row: (row["graph"], row["owners"]))
+        key = lambda row: (row["graph"], row["delivery"], row["owners"])  # noqa: E731
+        measured = {key(row) for row in rows}
+        rows = sorted([row for row in kept if key(row) not in measured] + rows, key=key)
         write_json(path, rows)
         plot(rows, RESULTS / "federation_scale.png")
 

@@ -56,6 +56,11 @@ class StudentResult(Result):
     student: nn.Module
 
 
+def api_name(command: str) -> str:
+    """The Python function of a command: `train-private` -> train_private, `federated serve` -> federated_serve."""
+    return command.replace("-", "_").replace(" ", "_")
+
+
 def declared(name: str, result: Callable[[Path, dict[str, Any]], Result]) -> Callable[..., Result]:
     """The API function of the command `name` declares (dpdistill/commands.py): its keyword arguments, defaults and
     docstring are the command's options; `result` makes what it returns from the output directory and report."""
@@ -69,7 +74,7 @@ def declared(name: str, result: Callable[[Path, dict[str, Any]], Result]) -> Cal
         return result(Path(values["out"]), report)
 
     call.__signature__, call.__doc__ = spec.api_signature(), spec.api_doc()
-    call.__name__ = call.__qualname__ = name.replace("-", "_")
+    call.__name__ = call.__qualname__ = api_name(name)
     return call
 
 
@@ -81,6 +86,8 @@ transcribe = declared("transcribe", _student)
 pate = declared("pate", _student)
 train_private = declared("train-private", _student)
 federated = declared("federated", _student)
+federated_serve = declared("federated serve", _student)
+federated_finish = declared("federated finish", _student)
 dgd = declared("dgd", _student)
 
 

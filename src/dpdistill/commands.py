@@ -1,7 +1,7 @@
 """The commands methods declare (options.py), by name: the module whose `COMMAND` declares each, and its summary.
 Light on purpose: the command line lists them, and `dpdistill --help` prints, without importing any method; a
 command's declaration is imported when it runs or its own help is asked. A method with its own command adds its
-line here."""
+line here. A party's command of a federation across machines is two words (`federated serve`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Declared:
-    module: str  # where the declaration `COMMAND` lives
+    module: str  # where the declaration lives
     summary: str  # the first line of its help
     docs: str  # its page under docs/, which shows its option table
+    attribute: str = "COMMAND"  # the declaration's name in its module
 
     def spec(self) -> "CommandSpec":
-        return importlib.import_module(self.module).COMMAND
+        return getattr(importlib.import_module(self.module), self.attribute)
 
 
 DECLARED: dict[str, Declared] = {
@@ -32,6 +33,10 @@ DECLARED: dict[str, Declared] = {
                               "methods/dpsgd.md"),
     "federated": Declared("dpdistill.federated.method", "Data owners answer through secure aggregation (Flower).",
                           "methods/federated.md"),
+    "federated serve": Declared("dpdistill.federated.parties", "A federation's server, owners on other machines.",
+                                "methods/federated.md", "SERVE"),
+    "federated finish": Declared("dpdistill.federated.parties", "A served federation's student, from its journal.",
+                                 "methods/federated.md", "FINISH"),
     "synthesize": Declared("dpdistill.methods.datalens", "Make a private labelled synthetic set from the data.",
                            "methods/datalens.md"),
     "release": Declared("dpdistill.methods.release", "Train a DP teacher and transcribe it for free.",

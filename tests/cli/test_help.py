@@ -69,4 +69,5 @@ def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any, helps: 
     names = [name for parameter in command.params for name in (*parameter.opts, *parameter.secondary_opts)]
     names += list(getattr(command, "commands", {}))
     words = set(re.findall(r"[\w-]+", text))
-    assert [name for name in names if name not in words] == []  # each option and subcommand named in one piece
+    # each option and subcommand named in one piece (a party's two-word command on one line)
+    assert [name for name in names if name not in (text if " " in name else words)] == []

@@ -27,6 +27,14 @@ class CommandsWithDeclared(TyperGroup):
             return command_from(DECLARED[name].spec())
         return super().get_command(ctx, name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        """A party's command of a federation is two words (`federated serve`): resolved before the one-word one."""
+        if len(args) > 1 and f"{args[0]} {args[1]}" in self.list_commands(ctx):
+            name = f"{args[0]} {args[1]}"
+            return name, self.get_command(ctx, name), args[2:]
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's listing, with each declared command's summary read from its line, not by importing it."""
         names = self.list_commands(ctx)

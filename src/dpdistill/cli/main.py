@@ -210,6 +210,25 @@ def train_teacher_command(
         summary.print(f"privacy budget of its releases: epsilon {total.epsilon:g} at delta {total.delta:g}")
 
 
+@app.command("federated owner")
+@clear_errors
+def federated_owner_command(
+    teacher: Path = typer.Option(..., help="your teacher ensemble (`dpdistill train-teacher --partitions N` on your "
+                                           "data): its members answer; its ledger.json keeps what you spent"),
+    superlink: str = typer.Option(..., help="HOST:PORT of the server's SuperLink (`dpdistill federated serve`)"),
+    root_certificates: Path = typer.Option(..., help="the federation's CA certificate (ca.crt), to trust the "
+                                                     "server"),
+) -> None:
+    """A data owner's SuperNode, across machines.
+
+    It answers the server's rounds from your teacher and runs until stopped (Ctrl-C). Your client charges every
+    run to your own ledger and refuses what your budget
+    (`dpdistill budget TEACHER --set EPS`) does not allow."""
+    from dpdistill.federated.parties import run_owner
+
+    raise typer.Exit(run_owner(teacher, superlink, root_certificates))
+
+
 @app.command("budget")
 @clear_errors
 def budget_command(
@@ -221,7 +240,7 @@ def budget_command(
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
                                                      "total's, else 1e-5]"),
 ) -> None:
-    """What the releases of a teacher, owners or data set spent. --set sets their total budget."""
+    """What the releases of a teacher, owners or data spent. --set sets their total budget."""
     from dpdistill.data import load_dataset
     from dpdistill.federated.owners import owner_directories
     from dpdistill.models.ensemble import holds_teacher

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from dpdistill.data.public import pool_size
 from dpdistill.defaults import PUBLIC_POOL_SIZE
@@ -15,7 +16,7 @@ from dpdistill.options import SEED_HELP, setting
 from dpdistill.training.teacher import TeacherConfig
 
 FEDERATED_METHODS = ("pate", "dpsd")
-ENGINES = ("simulation", "deployment")
+ENGINES = ("simulation", "deployment", "remote")
 DEFAULT_MEMBERS = {"pate": 10, "dpsd": 1}  # teachers each owner trains on its own data (FedDPSD: one, as seed 000)
 DEFAULT_QUERIES = 1000
 
@@ -48,8 +49,13 @@ class FederatedConfig:
                                           "150 owners)")
     accept_noise: bool = setting(False, "run even where the answers would be near random (refused by default)",
                                  show_default=False)
-    engine: str = setting("simulation", "simulation (Flower's, one process) or deployment (a SuperLink and M "
-                                        "SuperNodes as processes on loopback)")
+    engine: str = setting("simulation", "simulation (Flower's, one process), deployment (a SuperLink and M "
+                                        "SuperNodes as processes on loopback) or remote (owners on their own "
+                                        "machines: `dpdistill federated serve`)")
+    address: str = setting("127.0.0.1:9092", "remote: HOST:PORT where the SuperLink listens for the owners (HOST "
+                                             "named in the server's certificate)")
+    certificates: str | None = setting(None, "remote: folder holding ca.crt, server.pem and server.key (TLS)")
+    owner_wait: float = setting(600.0, "remote: seconds to wait for every owner to join")
     members_per_owner: int | None = setting(None, "teachers each owner trains on its data [default: 10 (pate), 1 "
                                                   "(dpsd)]")
     teacher_arch: str = "cnn"
@@ -98,8 +104,15 @@ class FederatedConfig:
             value = self.members if name == "members" else getattr(self, name)
             if value < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {value}")
-        if not self.stage_timeout > 0:
-            raise ConfigError(f"stage-timeout must be positive, got {self.stage_timeout}")
+        if not self.stage_timeout > 0 or not self.owner_wait > 0:
+            raise ConfigError(f"stage-timeout and owner-wait must be positive, got {self.stage_timeout} and "
+                              f"{self.owner_wait}")
+        if self.engine == "remote":
+            host_and_port(self.address)
+            if self.certificates is None:
+                raise ConfigError("owners on other machines are reached with TLS: give --certificates DIR (ca.crt, "
+                                  "server.pem, server.key)")
+            Certificates(Path(self.certificates))
         other = "dpsd" if self.method == "pate" else "pate"
         stray = [name for name in METHOD_SETTINGS[other] if getattr(self, name) != FIELD_DEFAULTS[name]]
         if stray:
@@ -158,6 +171,36 @@ class FederatedConfig:
             return cls(**values)
         except TypeError as error:
             raise ConfigError(f"the saved configuration does not describe a federated run ({error})") from error
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """A federation's TLS files, as Flower's SuperLink takes them: the certificate authority every party trusts,
+    and the server's certificate (naming the host the owners reach) and private key."""
+
+    directory: Path
+    NAMES: ClassVar[tuple[str, str, str]] = ("ca.crt", "server.pem", "server.key")
+
+    def __post_init__(self) -> None:
+        missing = [name for name in self.NAMES if not (self.directory / name).is_file()]
+        if missing:
+            raise ConfigError(f"--certificates {self.directory} lacks {', '.join(missing)} (the federation's CA "
+                              f"certificate, the server's certificate and its key)")
+
+    @property
+    def ca(self) -> Path:
+        return (self.directory / self.NAMES[0]).resolve()
+
+    def superlink_flags(self) -> list[str]:
+        ca, certificate, key = (str((self.directory / name).resolve()) for name in self.NAMES)
+        return ["--ssl-ca-certfile", ca, "--ssl-certfile", certificate, "--ssl-keyfile", key]
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"address {address!r} is not HOST:PORT")
+    return host, int(port)
 
 
 FIELD_DEFAULTS = {field.name: field.default for field in dataclasses.fields(FederatedConfig)}

@@ -35,8 +35,8 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL, PublicSplit
 from dpdistill.errors import ConfigError
-from dpdistill.federated.config import FederatedConfig
-from dpdistill.federated.engines import deploy, simulate
+from dpdistill.federated.config import Certificates, FederatedConfig
+from dpdistill.federated.engines import deploy, serve, simulate
 from dpdistill.federated.graph import SecAggGraph, plan_graph
 from dpdistill.federated.owners import check_owners, owner_directory, prepare_owners
 from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire, query_cost,
@@ -83,16 +83,17 @@ class Federated(Method):
              "et al. 2020), distributed discrete Gaussian (Kairouz, Liu and Steinke 2021)")
 
     def plan(self, source: Source, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> "FederatedJob":
-        return FederatedJob(Path(source.teacher), config, out_dir, progress)
+        return FederatedJob(None if source.teacher is None else Path(source.teacher), config, out_dir, progress)
 
     def config_record(self, source: Source, config: FederatedConfig) -> dict[str, Any]:
-        return {"owners": str(source.teacher), "federated": config.to_dict()}
+        return {"owners": None if source.teacher is None else str(source.teacher), "federated": config.to_dict()}
 
     def interrupted(self, out_dir: Path) -> tuple[Source, FederatedConfig] | None:
         saved = saved_config(out_dir)
         if saved is None or "federated" not in saved or not (release_state(out_dir) / PLAN_FILE).exists():
             return None
-        return Source(Path(saved["owners"])), FederatedConfig.from_dict(saved["federated"])
+        owners = saved["owners"]
+        return Source(None if owners is None else Path(owners)), FederatedConfig.from_dict(saved["federated"])
 
     def markdown(self, report: dict[str, Any]) -> str:
         return federated_markdown(report)
@@ -185,15 +186,20 @@ def noise_std(query: DistributedDiscreteGaussianQuery) -> float:
 class FederatedJob(Job):
     """A federated run, planned: the owners exist, the noise share is calibrated, nothing is asked yet."""
 
-    def __init__(self, owners_root: Path, config: FederatedConfig, out_dir: Path, progress: Progress | None) -> None:
-        check_owners(owners_root, config)
-        self.owner_dirs = [owner_directory(owners_root, index) for index in range(config.clients)]
+    def __init__(self, owners_root: Path | None, config: FederatedConfig, out_dir: Path,
+                 progress: Progress | None) -> None:
+        """`owners_root` holds the owners simulated here; None for owners on their own machines (engine remote),
+        whose ledgers their own clients keep."""
+        if owners_root is not None:
+            check_owners(owners_root, config)
+        self.owner_dirs = [] if owners_root is None else [owner_directory(owners_root, index)
+                                                          for index in range(config.clients)]
         self.server = ServerPlan.of(config)
         self.config, self.progress = config, progress
         self.ledger_dir = owners_root
         self.planned = Release.of_query(self.server.query, self.server.queries, config.delta, self.server.failure)
         # the owners simulated here hold parts of this data set: its ledger records their answers
-        self.data_set = (self.server.evaluation.digest, config.dataset)
+        self.data_set = None if owners_root is None else (self.server.evaluation.digest, config.dataset)
         self.state_dir = release_state(out_dir)
         self.round_seconds: list[float] = []  # the rounds this process asked, as they landed
 
@@ -202,14 +208,14 @@ class FederatedJob(Job):
         config, server = self.config, self.server
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # a simulated owner cannot vanish, and its stages queue on this machine's workers: wait for every reply
-        timeout = config.stage_timeout if config.engine == "deployment" else None
+        timeout = None if config.engine == "simulation" else config.stage_timeout
         graph = server.graph
         terms = RunTerms(secrets.token_hex(8), server.queries, config.clients, config.dropouts, config.colluders,
                          config.delta, None if graph.full else graph.shares, None if graph.full else graph.threshold,
                          server.rounds)
         plan = FederationPlan(dataclasses.replace(server.wire, terms=terms), config.clients, config.dropouts,
                               str((self.state_dir / ROUNDS_DIR).resolve()), timeout, config.method, config.members,
-                              config.colluders)
+                              config.colluders, config.owner_wait)
         if server.pate is not None:
             indices = choose_queries(server.split.pool, server.pate)
             tensors = {"images": server.split.pool[indices].contiguous(), "indices": indices.contiguous()}
@@ -230,14 +236,21 @@ class FederatedJob(Job):
 
     def _federate(self, plan: FederationPlan, plan_path: Path) -> dict[str, Any]:
         """Run the rounds not yet journaled on the chosen engine, reporting each journaled round as it lands."""
+        engine = self.config.engine
+        if rounds_answered(plan):  # a resumed run whose rounds were all asked: no owner is asked again
+            return {"engine": engine, "wall_seconds": 0.0}
         started, finished = time.perf_counter(), threading.Event()
         watcher = threading.Thread(target=self._watch_rounds, args=(plan, finished), daemon=True)
         watcher.start()
         try:
-            if self.config.engine == "simulation":
+            if engine == "simulation":
                 simulate(plan_path, self.owner_dirs)
-                return {"engine": "simulation", "wall_seconds": time.perf_counter() - started}
-            return {"engine": "deployment", **deploy(plan_path, self.owner_dirs, self.state_dir / "deployment")}
+                return {"engine": engine, "wall_seconds": time.perf_counter() - started}
+            work_dir = self.state_dir / "deployment"
+            if engine == "remote":
+                return {"engine": engine, **serve(plan_path, work_dir, self.config.address,
+                                                  Certificates(Path(str(self.config.certificates))))}
+            return {"engine": engine, **deploy(plan_path, self.owner_dirs, work_dir)}
         finally:
             finished.set()
             watcher.join()
@@ -391,6 +404,14 @@ class FederatedJob(Job):
                            if (path / "report.json").exists()]}
 
 
+def rounds_answered(plan: FederationPlan) -> bool:
+    """Whether every round of the plan is journaled (FedDPSD: the server's engine kept its student)."""
+    if plan.transcription is not None:
+        return read_result(plan) is not None
+    journal = RoundJournal(Path(plan.journal_dir))
+    return all(journal.done(index) for index in range(len(plan.rounds(plan.wire.terms.queries))))
+
+
 def default_owners(out_dir: Path) -> Path:
     """Where a federated run keeps its simulated data owners unless told: beside `out_dir`, so that the run's
     outputs and the owners' private teachers (and their ledger) stay apart."""
@@ -411,8 +432,13 @@ def run_federated(config: FederatedConfig | None, out_dir: Path, owners: Path | 
         owners = source.teacher
     elif not resume:
         claim_out_dir(out_dir, resume, overwrite, saved is not None, "federated run")  # refuse before the owners train
-        owners = owners or default_owners(out_dir)
-        check_owners(owners, config)
+        if config.engine == "remote":  # the owners and their ledgers are on their own machines
+            if owners is not None:
+                raise ConfigError("with --engine remote each owner serves its own teachers (`dpdistill federated "
+                                  "owner`): drop --owners")
+        else:
+            owners = owners or default_owners(out_dir)
+            check_owners(owners, config)
         ServerPlan.of(config)  # the server's side too: data set, public pool, noise
     if budget is not None and owners is not None:
         owners.mkdir(parents=True, exist_ok=True)
@@ -434,7 +460,7 @@ COMMAND = CommandSpec(
     options=(*field_options(FederatedConfig, ("dataset", "clients")),
              out_option("directory for the student, the released sums and the report"),
              *field_options(FederatedConfig, ("method", "epsilon", "delta", "dirichlet_alpha", "dropouts", "colluders",
-                                              "engine")),
+                                              "secagg_graph", "engine")),
              Option("owners", Path | None, None, "the owners' directory: reused if prepared, its ledger counting "
                                                  "every run [default: beside --out, named after it]", field=False),
              *field_options(FederatedConfig, ("members_per_owner", "queries", "iterations", "student_arch",

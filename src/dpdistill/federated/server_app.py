@@ -54,6 +54,7 @@ class FederationPlan:
     method: str = "pate"
     members: int = 1  # each owner's
     colluders: int = 0  # owners whose shares an adversary may know: the noise was sized for the rest
+    owner_wait: float = OWNER_WAIT_SECONDS  # how long the first roll call waits for every owner to join
     # PATE
     round_queries: int = 0
     queries_file: str = ""  # safetensors with "images": the public (or covered synthetic) images asked about
@@ -245,7 +246,7 @@ class Rounds:
         self.grid, self.context, self.plan, self.journal = grid, context, plan, journal
         self.threshold = plan.owners - plan.dropouts
         try:
-            self.nodes = owner_nodes(grid, plan.owners, plan.stage_timeout)
+            self.nodes = owner_nodes(grid, plan.owners, plan.stage_timeout, plan.owner_wait)
         except RuntimeError as error:
             raise FederationStopped(-1, str(error)) from error
         self.called = True  # owner_nodes' roll call stands for the first round asked
