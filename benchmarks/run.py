@@ -780,7 +780,7 @@ def render_full(rows: list[dict], quick: bool) -> str:
             f"{row['wall_seconds']:.0f}" + (" (resumed: last part)" if row.get("resumed") else ""),
             _number(row["iterations_per_second"], ".2f"), _number(row["samples_per_second"], ".0f"),
             _number(row["peak_rss_mb"], ".0f")]) + " |")  # none where a row ran elsewhere (a GPU)
-    lines += audit_table(rows)
+    lines += audit_table(rows) + federation_scale_table()
     lines += ["", "## Where each transcription's loop time goes", "",
               "Fraction of the loop, evaluation excluded.", "",
               "| run | " + " | ".join(PHASES) + " |", "| --- |" + " --- |" * len(PHASES)]
@@ -977,7 +977,7 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
                   f"{_accuracy_text(row)} | {_seeds(row)} | {_number(row['paper_epsilon'], '.3g')} | "
                   f"{_headline_epsilon(row)} | {_control_text(control, by_name)} |"
                   for method, epsilon, row, control in papers]
-    lines += release_table(rows) + federation_scale_table()
+    lines += release_table(rows)
     audits = [row for row in rows if row.get("audit")]
     if audits:
         lines += ["", "### Audits: the claim against an empirical lower bound", "",
@@ -990,10 +990,9 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     shown = [name.format(d=dataset) for dataset in datasets for _, _, names in ROUTES for name in names]
     accounted = [name for name in shown if name in relation and name in by_name and name.endswith("-fmnist")]
     lines += ["", "### One relation for every figure", "",
-              "DP-SGD's budgets are add/remove (Opacus' convention); ensembles, PATE and transcriptions are "
-              "accounted under replace-one and hold unchanged under add/remove. The Fashion-MNIST DP-SGD rows above "
-              "under both relations (same noise multiplier, sampling rate and steps), from "
-              "`.venv/bin/python benchmarks/relation.py` (writes `relation.json`, the MNIST set's rows too):", ""]
+              "DP-SGD's budgets are add/remove (Opacus'); ensembles, PATE and transcriptions are replace-one and "
+              "hold under add/remove. The Fashion-MNIST DP-SGD rows above under both relations (same noise, "
+              "sampling rate and steps), from `.venv/bin/python benchmarks/relation.py` (`relation.json`):", ""]
     if accounted:
         lines += ["| row | add/remove eps (the budget) | replace-one eps | noise multiplier | sampling rate | steps |",
                   "| --- | --- | --- | --- | --- | --- |"]
@@ -1024,12 +1023,12 @@ def federation_scale_table() -> list[str]:
     if not SCALE_RESULTS.exists():
         return []
     rows = json.loads(SCALE_RESULTS.read_text())
-    lines = ["", "### Federations of many owners: seconds per round", "",
+    lines = ["", "## Federations of many owners: seconds per round", "",
              "Federated PATE on Flower's simulation, 2 cores, 250 queries a round, 5% of the owners tolerated as "
              "dropouts and as colluders; round 2 (round 1 adds the start-up). SecAgg+ graph: k neighbours, "
              "threshold t, its failure bound over the run (part of delta 1e-5). "
              "`.venv/bin/python benchmarks/experiments/federation_scale.py OUT --owners 10,50,250,1000 --record` "
-             "([figure](benchmarks/experiments/results/federation_scale.png)).", "",
+             "([figure](experiments/results/federation_scale.png)).", "",
              "| owners | graph | k, t | failure | message delivery | round 1 s | round 2 s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {row['owners']} | {row['graph']} | {row['shares']}, {row['share_threshold']} | "

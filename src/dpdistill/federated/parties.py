@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from dpdistill.errors import ConfigError
-from dpdistill.federated.config import FederatedConfig
-from dpdistill.federated.engines import Processes, flower_env, host_and_port, stopped_on_terminate, supernode_command
+from dpdistill.federated.config import FederatedConfig, host_and_port
+from dpdistill.federated.engines import Processes, flower_env, stopped_on_terminate, supernode_command
 from dpdistill.federated.method import PLAN_FILE, Federated, rounds_answered, run_federated
 from dpdistill.federated.server_app import FederationPlan
 from dpdistill.models.ensemble import is_ensemble
-from dpdistill.options import OVERWRITE_OPTION, CommandSpec, Option, field_options, out_option, resume_option, set_option
+from dpdistill.options import OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option, set_option
 from dpdistill.progress import Progress
 from dpdistill.runs import release_state
 
