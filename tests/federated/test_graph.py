@@ -74,6 +74,7 @@ def test_the_hypergeometric_tail_is_exact_on_a_case_counted_by_hand():
 def test_a_large_federation_gets_a_sparse_graph_within_its_share_of_delta(owners, dropouts, colluders, rounds):
     graph = plan_graph("sparse", owners, dropouts, colluders, rounds, 1e-5)
     assert graph.kind == "sparse" and graph.shares <= 31 and graph.shares % 2 == 1
+    assert graph.shares < owners - dropouts  # distinct neighbours on the smallest ring a round may have
     assert graph.run_failure(rounds) <= FAILURE_SHARE * 1e-5 and graph.stall <= STALL_LIMIT
     assert graph.failure == graph_failure(owners, dropouts, colluders, graph.shares, graph.threshold)
     assert graph.workflow_settings() == (graph.shares, graph.threshold)  # integers, as Flower needs them
@@ -82,6 +83,7 @@ def test_a_large_federation_gets_a_sparse_graph_within_its_share_of_delta(owners
 def test_a_small_federation_and_an_explicit_choice_keep_the_full_graph():
     small = plan_graph("sparse", 5, 0, 1, 4, 1e-5)  # any window of a 3-share ring holds the colluder
     assert small.full and small.workflow_settings() == (1.0, 5) and small.failure == 0.0
+    assert plan_graph("sparse", 10, 4, 1, 2, 1e-5).full  # no ring below the 6 owners a round may have fits
     assert plan_graph("full", 1000, 50, 50, 2, 1e-5).workflow_settings() == (1.0, 950)
     with pytest.raises(Exception, match="unknown secure-aggregation graph"):
         plan_graph("star", 10, 0, 1, 1, 1e-5)

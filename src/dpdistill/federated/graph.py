@@ -22,10 +22,10 @@ colluding owners, with at most D owners dropping out, independently of the ring,
 
 The sparse graph takes the smallest odd k (and for it the smallest t) whose exposure and split bounds, over every
 round of the run, stay within `FAILURE_SHARE` of delta, and whose stall bound stays below `STALL_LIMIT` a round;
-where none is smaller than the owners, the full graph (k = n, t = n - D: no failure) is used. The privacy
-guarantee is then (epsilon, delta)-DP with the noise calibrated at delta minus the rounds' failure bound; the
-server additionally refuses to unmask a round with fewer than n - D contributors, which the full graph's threshold
-enforces by itself.
+where none is below the fewest owners a round may have (n - D), the full graph (k = n, t = n - D: no failure) is
+used. The privacy guarantee is then (epsilon, delta)-DP with the noise calibrated at delta minus the rounds'
+failure bound; the server additionally refuses to unmask a round with fewer than n - D contributors, which the
+full graph's threshold enforces by itself.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def plan_graph(kind: str, owners: int, dropouts: int, colluders: int, rounds: in
     if kind == "full":
         return full_graph(owners, dropouts)
     allowed = FAILURE_SHARE * delta / max(1, rounds)
-    for shares in range(3, owners, 2):  # Flower needs an integer number of shares above 2; an odd one is a ring
+    # Flower needs an integer number of shares above 2 (an odd one is a ring), fewer than the owners present
+    for shares in range(3, owners - dropouts, 2):
         split = split_bound(owners, dropouts + colluders, shares)
         if split > allowed:
             continue
