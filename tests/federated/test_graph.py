@@ -83,7 +83,7 @@ def test_a_large_federation_gets_a_sparse_graph_within_its_share_of_delta(owners
 def test_a_small_federation_and_an_explicit_choice_keep_the_full_graph():
     small = plan_graph("sparse", 5, 0, 1, 4, 1e-5)  # any window of a 3-share ring holds the colluder
     assert small.full and small.workflow_settings() == (1.0, 5) and small.failure == 0.0
-    assert plan_graph("sparse", 10, 4, 1, 2, 1e-5).full  # no ring below the 6 owners a round may have fits
+    assert plan_graph("sparse", 11, 3, 0, 2, 1e-5).full  # the ring it needs (9 shares) exceeds 8 owners present
     assert plan_graph("full", 1000, 50, 50, 2, 1e-5).workflow_settings() == (1.0, 950)
     with pytest.raises(Exception, match="unknown secure-aggregation graph"):
         plan_graph("star", 10, 0, 1, 1, 1e-5)
