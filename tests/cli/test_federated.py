@@ -30,6 +30,28 @@ def test_mistakes_are_one_line_and_nothing_is_written(tmp_path: Path, extra, mes
     assert not out.exists() and not (tmp_path / "run-owners").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (("federated", "serve", *BASE[1:], "--epsilon", "1"), "give --certificates DIR"),
+    (("federated", "serve", *BASE[1:], "--epsilon", "1", "--certificates", "."),
+     "lacks ca.crt, server.pem, server.key"),
+    (("federated", "serve", *BASE[1:], "--epsilon", "1", "--address", "nowhere", "--certificates", "."),
+     "'nowhere' is not HOST:PORT"),
+    (("federated", *BASE[1:], "--epsilon", "1", "--secagg-graph", "star"), "unknown secure-aggregation graph"),
+    (("federated", "finish"), "holds no served federated run to finish"),
+])
+def test_the_parties_mistakes_are_one_line_before_any_work(tmp_path: Path, args, message):
+    out = tmp_path / "run"
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    assert not out.exists()
+
+
+def test_an_owner_without_a_teacher_or_certificate_is_refused(tmp_path: Path):
+    result = runner.invoke(app, ["federated", "owner", "--teacher", str(tmp_path), "--superlink", "127.0.0.1:9092",
+                                 "--root-certificates", str(tmp_path / "ca.crt")])
+    assert result.exit_code == 2 and "is not a teacher ensemble" in result.output
+
+
 def test_a_busy_out_directory_is_refused_before_the_owners_train(tmp_path: Path):
     out = tmp_path / "run"
     out.mkdir()
