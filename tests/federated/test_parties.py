@@ -4,6 +4,7 @@ machine dies after the first round: the second goes on with the other two, never
 noise was sized for. The server is terminated once its rounds are journaled, the owners are stopped, and
 `federated finish` trains the student from the journal alone. No Flower process outlives its party."""
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from cryptography import x509
@@ -57,8 +59,24 @@ def dpdistill(*args: str, log: Path) -> subprocess.Popen:
 
 
 def children(pid: int) -> list[int]:
-    """The processes `pid` started (an owner's SuperNode, in a process group of its own)."""
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """The process groups `pid` started (an owner's SuperNode, a server's SuperLink: each leads its own); none once
+    it has exited."""
+    try:
+        started = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [child for child in started if os.getpgid(child) == child]
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def groups() -> Iterator[list[int]]:
+    """The process groups a test started (each party's, and its Flower processes'): whatever the test's outcome,
+    none outlives it."""
+    started: list[int] = []
+    yield started
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def gone(pid: int) -> bool:
@@ -70,7 +88,7 @@ def gone(pid: int) -> bool:
 
 
 def test_each_party_runs_its_own_command_with_tls_a_lost_owner_leaves_enough_noise_and_finish_needs_no_owner(
-        tmp_path: Path):
+        tmp_path: Path, groups: list[int]):
     owner_dirs = prepare_owners(tmp_path / "owners", FederatedConfig(
         epsilon=10.0, dataset="digits", clients=3, members_per_owner=2, teacher_epochs=1))
     certificates = make_certificates(tmp_path / "certificates")
@@ -83,6 +101,7 @@ def test_each_party_runs_its_own_command_with_tls_a_lost_owner_leaves_enough_noi
     owners = [dpdistill("federated", "owner", "--teacher", str(directory), "--superlink", address,
                         "--root-certificates", str(certificates / "ca.crt"), log=tmp_path / f"owner-{index}.log")
               for index, directory in enumerate(owner_dirs)]
+    groups += [party.pid for party in [server, *owners]]
     journal = RoundJournal(out / "private" / "resume" / "rounds")
 
     def until_journaled(index: int) -> None:
@@ -91,7 +110,7 @@ def test_each_party_runs_its_own_command_with_tls_a_lost_owner_leaves_enough_noi
             time.sleep(0.2)
 
     until_journaled(0)
-    groups = [pid for party in [server, *owners] for pid in (party.pid, *children(party.pid))]
+    groups += [pid for party in [server, *owners] for pid in children(party.pid)]
     for pid in (owners[1].pid, *children(owners[1].pid)):  # owner 1's machine dies: every process of it
         os.killpg(pid, signal.SIGKILL)
     until_journaled(1)

@@ -242,21 +242,29 @@ def supernode_command(superlink: str, owner_dir: Path, ca: Path | None, extra_co
 
 
 @contextmanager
-def deployed(work_dir: Path, owner_dirs: list[Path]) -> Iterator[tuple[Processes, dict[str, str], str]]:
-    """A SuperLink and one SuperNode per owner on loopback (insecure: one machine), stopped on exit."""
+def flower_processes(work_dir: Path) -> Iterator[Processes]:
+    """The Flower processes a run starts (their logs and Flower home in `work_dir`), every one stopped on exit,
+    a SIGTERM included."""
     logs = work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     processes = Processes(logs, flower_env(work_dir / "flwr-home"))
     with stopped_on_terminate():
         try:
-            address = f"127.0.0.1:{free_port()}"
-            connection = start_superlink(processes, address, None)
-            for index, owner in enumerate(owner_dirs):
-                processes.start(f"supernode-{index:03d}", supernode_command(
-                    address, owner, None, f" partition-id={index} num-partitions={len(owner_dirs)}"))
-            yield processes, processes.env, connection
+            yield processes
         finally:
             processes.stop()
+
+
+@contextmanager
+def deployed(work_dir: Path, owner_dirs: list[Path]) -> Iterator[tuple[Processes, dict[str, str], str]]:
+    """A SuperLink and one SuperNode per owner on loopback (insecure: one machine), stopped on exit."""
+    with flower_processes(work_dir) as processes:
+        address = f"127.0.0.1:{free_port()}"
+        connection = start_superlink(processes, address, None)
+        for index, owner in enumerate(owner_dirs):
+            processes.start(f"supernode-{index:03d}", supernode_command(
+                address, owner, None, f" partition-id={index} num-partitions={len(owner_dirs)}"))
+        yield processes, processes.env, connection
 
 
 def deploy(plan_path: Path, owner_dirs: list[Path], work_dir: Path,
@@ -274,15 +282,9 @@ def serve(plan_path: Path, work_dir: Path, address: str, certificates: Certifica
     """The server's side across machines: a SuperLink with TLS on `address` for the owners' SuperNodes (started by
     each owner, `dpdistill federated owner`), the run submitted to it; stopped once the run ends."""
     began = time.perf_counter()
-    logs = work_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    processes = Processes(logs, flower_env(work_dir / "flwr-home"))
-    with stopped_on_terminate():
-        try:
-            connection = start_superlink(processes, address, certificates)
-            run_id, status = submit(plan_path, work_dir, processes.env, connection)
-        finally:
-            processes.stop()
+    with flower_processes(work_dir) as processes:
+        run_id, status = submit(plan_path, work_dir, processes.env,
+                                start_superlink(processes, address, certificates))
     return {"status": status, "run_id": run_id, "wall_seconds": time.perf_counter() - began}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import FederatedConfig, host_and_port
-from dpdistill.federated.engines import Processes, flower_env, stopped_on_terminate, supernode_command
+from dpdistill.federated.engines import flower_processes, supernode_command
 from dpdistill.federated.method import PLAN_FILE, Federated, rounds_answered, run_federated
 from dpdistill.federated.server_app import FederationPlan
 from dpdistill.models.ensemble import is_ensemble
@@ -23,7 +23,7 @@ from dpdistill.options import OVERWRITE_OPTION, CommandSpec, field_options, out_
 from dpdistill.progress import Progress
 from dpdistill.runs import release_state
 
-OWNER_FLOWER_DIR = "flower"  # in the owner's folder: the SuperNode's Flower home and log
+OWNER_FLOWER_DIR = "flower"  # in the owner's folder: the SuperNode's Flower home and logs
 
 
 def run_owner(teacher: Path, superlink: str, root_certificates: Path) -> int:
@@ -35,18 +35,15 @@ def run_owner(teacher: Path, superlink: str, root_certificates: Path) -> int:
     if not root_certificates.is_file():
         raise ConfigError(f"--root-certificates {root_certificates}: no such file (the federation's ca.crt)")
     host_and_port(superlink)
-    home = teacher / OWNER_FLOWER_DIR
-    processes = Processes(home, flower_env(home))
-    with stopped_on_terminate():
-        try:
+    work_dir = teacher / OWNER_FLOWER_DIR
+    try:
+        with flower_processes(work_dir) as processes:
             node = processes.start("supernode", supernode_command(superlink, teacher, root_certificates))
-            print(f"owner {teacher} joined the federation at {superlink} (log: {home / 'supernode.log'}); stop "
-                  f"with Ctrl-C", flush=True)
+            print(f"owner {teacher} joined the federation at {superlink} (log: {work_dir / 'logs'}); stop with "
+                  f"Ctrl-C", flush=True)
             return node.wait()
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            processes.stop()
+    except KeyboardInterrupt:
+        return 0
 
 
 def finish(values: dict[str, Any], config: None, progress: Progress | None) -> dict[str, Any]:
