@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -32,16 +32,19 @@ LOG_INTERVAL_SECONDS = 10.0  # between two plain lines when no milestone comes
 
 def with_total(progress: Progress | None, total: int) -> Progress | None:
     """`progress`, told that the run's own count ends at `total` (a named phase keeps its own)."""
-    if progress is None:
-        return None
-    return lambda record: progress(record if "phase" in record else {**record, "total": total})
+    return _unless_phased(progress, {"total": total})
 
 
 def in_phase(progress: Progress | None, phase: str) -> Progress | None:
     """`progress`, each record counted as part of the named `phase` (one it names itself stays its own)."""
+    return _unless_phased(progress, {"phase": phase})
+
+
+def _unless_phased(progress: Progress | None, added: dict[str, Any]) -> Progress | None:
+    """`progress` with `added` to every record that names no phase of its own."""
     if progress is None:
         return None
-    return lambda record: progress(record if "phase" in record else {**record, "phase": phase})
+    return lambda record: progress(record if "phase" in record else {**record, **added})
 
 
 def announce_start(progress: Progress | None) -> None:

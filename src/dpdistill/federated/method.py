@@ -228,12 +228,6 @@ class FederatedJob(Job):
         plan.save(self.state_dir / PLAN_FILE)
         return plan
 
-    def _rounds(self, plan: FederationPlan) -> int:
-        transcription = self.server.transcription
-        if transcription is not None:
-            return transcription.query_iterations(transcription.iterations)
-        return len(plan.rounds(self.server.queries))
-
     def _federate(self, plan: FederationPlan, plan_path: Path) -> dict[str, Any]:
         """Run the rounds not yet journaled on the chosen engine, reporting each journaled round as it lands."""
         engine = self.config.engine
@@ -258,7 +252,7 @@ class FederatedJob(Job):
     def _watch_rounds(self, plan: FederationPlan, finished: threading.Event) -> None:
         """Report each journaled round as it lands, and time the rounds of this process (to a second; the first
         holds the engine's start-up)."""
-        journal, total = RoundJournal(Path(plan.journal_dir)), self._rounds(plan)
+        journal, total = RoundJournal(Path(plan.journal_dir)), self.server.rounds
         reported, last = None, time.perf_counter()
         while True:
             done = sum(journal.done(index) for index in range(total))
@@ -277,7 +271,7 @@ class FederatedJob(Job):
         """Each round's released sum and contributors (None: lost, spent and unanswered) and the lost rounds'
         numbers; a clean stop at the first round not asked, unless the server `answered` every round (FedDPSD's
         engine finished: rounds after the budget's last are never asked)."""
-        journal, total = RoundJournal(Path(plan.journal_dir)), self._rounds(plan)
+        journal, total = RoundJournal(Path(plan.journal_dir)), self.server.rounds
         kept, lost = [], []
         for index in range(total):
             if journal.lost(index):
@@ -392,7 +386,7 @@ class FederatedJob(Job):
         sigma = server.query.total_sigma / GRID_STEPS  # the sum's noise in units of beta, as the seed states it
         privacy = {**self._privacy(), "beta": transcription.privacy.beta, "sigma": sigma,
                    "paper_epsilon": paper_epsilon_dpsd_data(transcription.privacy.beta, num_classes,
-                                                            transcription.batch_size, self._rounds(plan), sigma,
+                                                            transcription.batch_size, self.server.rounds, sigma,
                                                             config.delta),
                    "paper_epsilon_label": "paper formula (DPSD Theorem 1) at the sum's noise, NOT a guarantee"}
         return Outcome(report=report, privacy=privacy, covers=TRANSCRIPTION_COVERS, models=models,

@@ -49,11 +49,9 @@ def run_owner(teacher: Path, superlink: str, root_certificates: Path) -> int:
 def finish(values: dict[str, Any], config: None, progress: Progress | None) -> dict[str, Any]:
     """The served run in --out, finished from its journal; refused while a round is unasked."""
     out_dir = Path(values["out"])
-    plan_path = release_state(out_dir) / PLAN_FILE
-    saved = Federated().interrupted(out_dir) if plan_path.exists() else None
-    if saved is None:
+    if Federated().interrupted(out_dir) is None:
         raise ConfigError(f"--out {out_dir} holds no served federated run to finish")
-    plan = FederationPlan.load(plan_path)
+    plan = FederationPlan.load(release_state(out_dir) / PLAN_FILE)
     if not rounds_answered(plan):
         raise ConfigError(f"the run in {out_dir} has rounds not yet asked: `dpdistill federated serve --resume --out "
                           f"{out_dir} --certificates DIR` asks them")
