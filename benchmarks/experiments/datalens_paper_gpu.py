@@ -3,10 +3,10 @@ within a wall-clock budget: each epsilon runs the steps that fit its share of th
 149 / 190, if they fit), then its synthetic set trains the evaluation classifier. A run stopped early has released
 fewer samples than planned: its epsilon is that of the steps it took, and its row says `partial`.
 
-    .venv/bin/python benchmarks/experiments/datalens_paper_gpu.py --out OUT [--budget-seconds 480] [--device cuda]
+    .venv/bin/python benchmarks/experiments/datalens_paper_gpu.py --out OUT [--budget-seconds 480] [--device cuda] [--seed 0]
 
 Every generator step prints its seconds, so a cut run still gives the cost a step. One JSON file an epsilon
-(`datalens-paper-eps{E}-fmnist.json`) and `rows.json` go to --out.
+(`datalens-paper-eps{E}-fmnist-seed{S}.json`) and `rows.json` go to --out.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ class OutOfTime(Exception):
 
 
 def run_epsilon(dataset: ImageDataset, epsilon: float, device: str, seconds: float, synthetic_size: int,
-                student_epochs: int) -> dict[str, Any]:
+                student_epochs: int, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     config = build_datalens_config("paper", {"dataset": "fmnist", "epsilon": epsilon, "device": device,
-                                             "synthetic_size": synthetic_size, "student_epochs": student_epochs})
+                                             "synthetic_size": synthetic_size, "student_epochs": student_epochs,
+                                             "seed": seed})
     plan = plan_datalens(config)
     step_seconds: list[float] = []
     deadline = started + seconds * (1 - EVALUATION_RESERVE)
@@ -64,7 +65,7 @@ def run_epsilon(dataset: ImageDataset, epsilon: float, device: str, seconds: flo
     _, evaluation, student_seconds = evaluate_synthetic(dataset, images, labels, "DataLens", StudentSettings(
         STUDENT_ARCH, config.student_epochs, config.student_lr, config.student_batch, config.seed, device))
     spent = DataLensPlan(plan.query, plan.sigma, max(done, 1), plan.batch_size).epsilon(config.delta)
-    return {"row": f"datalens-paper-eps{epsilon:g}-fmnist", "partial": done < plan.steps,
+    return {"row": f"datalens-paper-eps{epsilon:g}-fmnist", "seed": seed, "partial": done < plan.steps,
             "device": torch.cuda.get_device_name() if device.startswith("cuda") else device,
             "epsilon_target": epsilon, "epsilon_spent": spent, "delta": config.delta, "sigma": plan.sigma,
             "teachers": config.teachers, "steps_planned": plan.steps, "steps_done": done,
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[10.0, 1.0])
     parser.add_argument("--synthetic-size", type=int, default=60000)
     parser.add_argument("--student-epochs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0, help="initialisation and latents, never the noise")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -94,9 +96,9 @@ def main() -> None:
     for index, epsilon in enumerate(args.epsilons):
         left = args.budget_seconds - (time.perf_counter() - started)
         row = run_epsilon(dataset, epsilon, args.device, left / (len(args.epsilons) - index), args.synthetic_size,
-                          args.student_epochs)
+                          args.student_epochs, args.seed)
         rows.append(row)
-        (args.out / f"{row['row']}.json").write_text(json.dumps(row, indent=2))
+        (args.out / f"{row['row']}-seed{args.seed}.json").write_text(json.dumps(row, indent=2))
         (args.out / "rows.json").write_text(json.dumps(rows, indent=2))
         print(f"{row['row']} ({'PARTIAL: ' if row['partial'] else ''}{row['steps_done']}/{row['steps_planned']} steps, "
               f"epsilon {row['epsilon_spent']:.3f}, {row['device']}): final {100 * row['accuracy_final']:.2f}%, "
