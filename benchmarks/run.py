@@ -824,8 +824,8 @@ TARGETS = (
     Target("the same run under 10 minutes", "dpsgd-scatter-linear-eps1-fmnist", 600, "wall"),
     Target("best scattering route at epsilon 3 at least 89.5%", "dpsgd-scatter-linear-long-eps3-fmnist", 89.5),
     Target("best scattering route at epsilon 10 at least 90.5%", "dpsgd-scatter-linear-long-eps10-fmnist", 90.5),
-    Target("DataLens synthetic data at epsilon 10 at least 70.61% (the paper's)", "datalens-paper-eps10-fmnist", 70.61),
-    Target("DataLens synthetic data at epsilon 1 at least 64.78% (the paper's)", "datalens-paper-eps1-fmnist", 64.78),
+    Target("DataLens at epsilon 10 at least 70.61% (the paper's)", "datalens-paper-eps10-fmnist", 70.61),
+    Target("DataLens at epsilon 1 at least 64.78% (the paper's)", "datalens-paper-eps1-fmnist", 64.78),
     Target("DataLens `--preset cpu` at epsilon 10 at least 55%", "datalens-cpu-eps10-fmnist", 55),
     Target("DataLens `--preset cpu` at epsilon 10 within an hour on 2 cores", "datalens-cpu-eps10-fmnist", 3600,
            "wall"),
@@ -968,8 +968,8 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     if papers:
         lines += ["", "### The seed papers beside this implementation", "",
                   "At each paper's own settings (`--preset paper --accounting paper`). The paper-formula epsilon is "
-                  "the paper's analysis: NOT a guarantee; the sound epsilon is what the same run spends. The control "
-                  "is the same pipeline without its noise (NOT private): what it learns before privacy is added. "
+                  "the paper's analysis, NOT a guarantee; the sound epsilon is what the run spends. The control "
+                  "is the same pipeline without its noise (NOT private). "
                   f"{DATASET_NAMES.get(datasets[0], datasets[0])}; the other data sets' rows: {commands}.", "",
                   "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps | "
                   "control: row, % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
