@@ -20,10 +20,9 @@ data:
 demo: setup
 	$(BIN)/dpdistill demo --out runs/demo
 
-# three workers on two cores, one torch thread each: one runs the Flower tests in turn (mostly waiting on their
-# processes), the two others the rest (tests/conftest.py)
+# two workers, one torch thread each: runs that wait on processes (Flower) leave the other core busy
 test: setup
-	$(BIN)/python -m pytest -q -n 3
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

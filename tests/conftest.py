@@ -12,23 +12,23 @@ from helpers import TeacherReads, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The runs on Flower (marked flower) form one group, which one worker runs in turn (`--dist loadgroup`,
-    pyproject.toml) while the two others run the rest: those runs mostly wait on Flower's processes (a ClientApp
-    process per message, Ray started and stopped per simulation, stage timeouts), so a third worker fills the
-    cores they leave idle, and no two of them contend with each other. Then the runs that train (marked slow),
-    in their order, so the short tests fill the gaps at the end instead of one long run starting last."""
-    for item in items:
-        if item.get_closest_marker("flower"):
-            item.add_marker(pytest.mark.xdist_group("flower"))
+    """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
+    pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last. The runs on
+    Flower (marked flower) are spread evenly among the other slow ones, so that a worker computes while the other
+    waits on Flower's processes: two of them side by side took twice as long each."""
     slow = [item for item in items if item.get_closest_marker("slow")]
-    items[:] = slow + [item for item in items if not item.get_closest_marker("slow")]
+    flower = [item for item in slow if item.get_closest_marker("flower")]
+    spread = [item for item in slow if not item.get_closest_marker("flower")]
+    for index, item in enumerate(flower):
+        spread.insert(round(index * len(slow) / len(flower)), item)
+    items[:] = spread + [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
-    """Two threads on the machine's two cores; one each where pytest-xdist runs workers side by side, in the worker
-    and in the processes it starts (the CLI, the benchmark harness, Flower's): workers of two threads each would
-    contend for the two cores, and torch's threads spin while they wait (runs take several times as long)."""
+    """Two threads on the machine's two cores; one each where pytest-xdist runs two workers side by side, in the
+    worker and in the processes it starts (the CLI, the benchmark harness, Flower's): two workers of two threads each
+    would contend for the two cores, and torch's threads spin while they wait (runs take several times as long)."""
     threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)

@@ -76,9 +76,9 @@ def test_the_feature_cache_keeps_under_its_limit_least_recently_used_first(tmp_p
     folder = tmp_path / "features"
     folder.mkdir()
     for age, name in enumerate(["old", "middle", "new"]):
-        (folder / f"{name}.safetensors").write_bytes(b"x" * 1000)
-        os.utime(folder / f"{name}.safetensors", (age, age))
-    assert features.trim_cache(keep=folder / "old.safetensors") == 1  # the limit, never the file just stored
+        (folder / f"{name}.npy").write_bytes(b"x" * 1000)
+        os.utime(folder / f"{name}.npy", (age, age))
+    assert features.trim_cache(keep=folder / "old.npy") == 1  # the limit, never the file just stored
     assert sorted(path.stem for path in features.cached_files()) == ["new", "old"]
 
 

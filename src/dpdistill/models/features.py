@@ -28,9 +28,9 @@ def batches(model: nn.Module, compute: Callable[[Tensor], Tensor], images: Tenso
     try:
         for start in range(0, len(images), batch_size):
             output = compute(images[start:start + batch_size].to(device)).cpu()
-            yield output
             if progress:
                 progress({"phase": FEATURES_PHASE, "done": start + len(output), "total": len(images)})
+            yield output
     finally:
         model.train(was_training)
 
@@ -101,15 +101,15 @@ def _stored_features(key: str, frozen: nn.Module, images: Tensor, device: torch.
 def _write_features(frozen: nn.Module, images: Tensor, device: torch.device, target: Path,
                     progress: Progress | None) -> None:
     """The transform's outputs written into a .npy file batch by batch: never all of them in memory at once."""
-    stored = None
+    stored, start = None, 0
     target.touch(mode=0o600)
     target.chmod(0o600)  # private before any coefficient is written
-    for start, output in zip(range(0, len(images), FEATURE_BATCH),
-                             batches(frozen, frozen, images, FEATURE_BATCH, device, progress)):
+    for output in batches(frozen, frozen, images, FEATURE_BATCH, device, progress):
         if stored is None:
             stored = np.lib.format.open_memmap(target, mode="w+", dtype=np.float32,
                                                shape=(len(images), *output.shape[1:]))
         stored[start:start + len(output)] = output.numpy()
+        start += len(output)
     if stored is not None:
         stored.flush()
 
