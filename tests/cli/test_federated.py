@@ -67,17 +67,3 @@ def test_owners_prepared_otherwise_are_refused(tmp_path: Path):
     (owners / "owners.json").write_text('{"dataset": "digits", "owners": 3}')
     result = runner.invoke(app, [*BASE, "--epsilon", "1", "--owners", str(owners), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "prepared with other settings" in result.output
-
-
-@pytest.mark.slow
-@pytest.mark.flower
-def test_the_command_runs_a_federation_and_prints_its_guarantee(tmp_path: Path):
-    """The acceptance command at a small scale: five owners on a Dirichlet(0.5) split, simulation engine."""
-    out = tmp_path / "run"
-    result = runner.invoke(app, [*BASE, "--dirichlet-alpha", "0.5", "--method", "pate", "--epsilon", "1",
-                                 "--members-per-owner", "2", "--queries", "100", "--set", "teacher_epochs=1",
-                                 "--set", "epochs=1", "--set", "min_steps=20", "--set", "public_size=200",
-                                 "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert "epsilon (sound, replace-one)" in result.output and (out / "report.md").exists()
-    assert (tmp_path / "run-owners" / "ledger.json").exists() and (out / "student.safetensors").exists()

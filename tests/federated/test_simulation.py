@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
 
+from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError
 from dpdistill.data.public import public_split
@@ -52,11 +54,25 @@ def run(out: Path, owners: Path, **changes) -> dict:
     return federated(FederatedConfig(**{"epsilon": 30.0, **SETTINGS, **changes}), out, owners)
 
 
+CLI_FLAGS = {"dataset", "clients", "dirichlet_alpha", "members_per_owner", "queries"}  # the rest: --set
 QUICK_STUDENT = dict(epochs=1, min_steps=20)  # where only the rounds are checked, not what the student learns
 
 
-def test_the_sums_are_the_owners_votes_plus_the_planned_noise(tmp_path: Path, owners: Path):
-    report = run(tmp_path / "run", owners)
+def test_the_command_runs_a_federation_whose_sums_are_the_owners_votes_plus_the_planned_noise(tmp_path: Path,
+                                                                                              owners: Path):
+    """The acceptance command at a small scale (five owners on a Dirichlet(0.5) split, simulation engine), reusing
+    the owners prepared for this module's runs where it keeps its own: beside --out, named after it."""
+    owners = Path(shutil.copytree(owners, tmp_path / "run-owners"))
+    weights = owner_directory(owners, 0) / "member-000" / "model.safetensors"
+    trained = weights.read_bytes()
+    options = [item for name, value in SETTINGS.items() for item in
+               ((f"--{name.replace('_', '-')}", str(value)) if name in CLI_FLAGS else ("--set", f"{name}={value}"))]
+    result = CliRunner().invoke(app, ["federated", "--epsilon", "30", "--method", "pate", "--out",
+                                      str(tmp_path / "run"), *options])
+    assert result.exit_code == 0, result.output
+    assert "epsilon (sound, replace-one)" in result.output and (tmp_path / "run" / "report.md").exists()
+    assert (tmp_path / "run" / "student.safetensors").exists() and weights.read_bytes() == trained  # reused
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["federation"]["contributors"] == [5, 5] and report["privacy"]["epsilon"] <= 30.0
     votes = load_file(tmp_path / "run" / ANSWERS_FILE)["votes"]
     residual = votes - exact_votes([owner_directory(owners, i) for i in range(5)], report, tmp_path / "run").sum(0)
