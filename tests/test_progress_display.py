@@ -75,11 +75,11 @@ def test_the_feature_cache_keeps_under_its_limit_least_recently_used_first(tmp_p
     monkeypatch.setenv("DPDISTILL_CACHE_LIMIT_GB", str(2.5e-6))  # 2,500 bytes
     folder = tmp_path / "features"
     folder.mkdir()
-    for age, name in enumerate(["old", "middle", "new"]):
-        (folder / f"{name}.npy").write_bytes(b"x" * 1000)
-        os.utime(folder / f"{name}.npy", (age, age))
+    for age, name in enumerate(["old.npy", "middle.safetensors", "new.npy"]):  # .safetensors: the earlier format
+        (folder / name).write_bytes(b"x" * 1000)
+        os.utime(folder / name, (age, age))
     assert features.trim_cache(keep=folder / "old.npy") == 1  # the limit, never the file just stored
-    assert sorted(path.stem for path in features.cached_files()) == ["new", "old"]
+    assert sorted(path.name for path in features.cached_files()) == ["new.npy", "old.npy"]
 
 
 @pytest.mark.parametrize("terminal", [True, False])

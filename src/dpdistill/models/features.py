@@ -125,9 +125,10 @@ def _mapped(path: Path, count: int) -> Tensor:
 
 
 def cached_files() -> list[Path]:
-    """The stored features, least recently used first."""
+    """The stored features, least recently used first; files of the earlier format (.safetensors, read whole)
+    are never read again but still counted, trimmed and cleared."""
     folder = features_home()
-    files = list(folder.glob("*.npy")) if folder.is_dir() else []
+    files = [*folder.glob("*.npy"), *folder.glob("*.safetensors")] if folder.is_dir() else []
     return sorted(files, key=lambda path: path.stat().st_mtime)
 
 
