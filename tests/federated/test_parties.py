@@ -21,7 +21,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from typer.testing import CliRunner
 
+from dpdistill.cli.main import app
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.engines import free_port
 from dpdistill.federated.owners import prepare_owners
@@ -130,9 +132,8 @@ def test_each_party_runs_its_own_command_with_tls_a_lost_owner_leaves_enough_noi
             time.sleep(0.2)
         assert gone(pid)  # each party's groups: its SuperLink or SuperNode and their ClientApps included
     assert not (out / "report.json").exists()  # the server stopped after the rounds, before the student
-    finished = subprocess.run([sys.executable, "-m", "dpdistill.cli.main", "federated", "finish", "--out", str(out),
-                               "--quiet"], capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr
+    finished = CliRunner().invoke(app, ["federated", "finish", "--out", str(out), "--quiet"])  # no party left
+    assert finished.exit_code == 0, finished.output
     report = json.loads((out / "report.json").read_text())
     assert report["federation"]["contributors"] == [3, 2] and report["privacy"]["epsilon"] <= 10.0
     assert report["privacy"]["honest_shares"] == 1  # the threshold's two, less the one colluder tolerated
