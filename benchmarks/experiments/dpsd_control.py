@@ -74,13 +74,14 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--gradient-only", action="store_true")
     options = parser.parse_args()
-    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if options.gradient_only:
-        RESULTS.write_text(json.dumps({**kept, "teacher_class_in_top_3": teacher_class_in_top_3()}, indent=1) + "\n")
+    results = {"teacher_class_in_top_3": teacher_class_in_top_3()}
+    if options.gradient_only:  # the runs' earlier outcomes kept
+        kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        RESULTS.write_text(json.dumps({**kept, **results}, indent=1) + "\n")
         return
     teacher = options.out / "teacher"
-    results = {"teacher_class_in_top_3": teacher_class_in_top_3(), "teacher": dpdistill("train-teacher", "--dataset", "fmnist", "--epochs", "1", "--out", str(teacher),
-                                    "--overwrite", "--quiet")}
+    results["teacher"] = dpdistill("train-teacher", "--dataset", "fmnist", "--epochs", "1", "--out", str(teacher),
+                                   "--overwrite", "--quiet")
     for name, variant in VARIANTS.items():
         results[name] = dpdistill("transcribe", "--teacher", str(teacher), "--out", str(options.out / name),
                                   "--seed", "0", "--accept-noise", "--iterations", str(options.iterations),
