@@ -970,7 +970,7 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
                   "At each paper's own settings (`--preset paper --accounting paper`). The paper-formula epsilon is "
                   "the paper's analysis, NOT a guarantee; the sound epsilon is what the run spends. The control "
                   "is the same pipeline without its noise (NOT private). "
-                  f"{DATASET_NAMES.get(datasets[0], datasets[0])}; the other data sets' rows: {commands}.", "",
+                  f"{DATASET_NAMES.get(datasets[0], datasets[0])}; other data sets: {commands}.", "",
                   "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps | "
                   "control: row, % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {method} | {epsilon} | `{row['run']}` | {_number(row['paper_accuracy'], '.2f')} | "
@@ -1062,7 +1062,7 @@ def release_table(rows: list[dict]) -> list[str]:
                      f"{_number(row.get('epsilon_replace_one'), '.4g')} | {distance} | {row['wall_seconds']:.0f} | "
                      f"{row['peak_rss_mb'] / 1024:.1f} |")
     lines += ["", "Published private synthetic data on Fashion-MNIST, a classifier trained on it alone (each source's "
-              "protocol, not re-run here):", "", "| method | public data | epsilon 1 | epsilon 10 | source |",
+              "protocol, not rerun):", "", "| method | public data | epsilon 1 | epsilon 10 | source |",
               "| --- | --- | --- | --- | --- |"]
     lines += [f"| {method} | {public} | {one} | {ten} | {source} |" for method, public, one, ten, source in
               SYNTHETIC_ANCHORS]
