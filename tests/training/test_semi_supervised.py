@@ -13,14 +13,14 @@ def test_unlabelled_images_lift_a_student_with_two_labels_per_class():
     digits = load_dataset("digits")
     chosen = torch.cat([(digits.y_train == label).nonzero().squeeze(1)[:2] for label in range(10)])
     accuracies = {}
-    for weight in (0.0, 1.0):  # weight 0: the same loop on the 20 labels alone
+    for weight in (0.0, 1.0):  # weight 0: the same loop on the 20 labels alone, no unlabelled image
         config = ConsistencyConfig(steps=700, batch_size=32, weight=weight, report_every=175)
         _, report = train_consistency(digits.x_train[chosen], digits.y_train[chosen], digits.x_train,
                                       digits.x_test, digits.y_test, 10, config)
         accuracies[weight] = report["test_accuracy"]
         assert [record["step"] for record in report["history"]] == [175, 350, 525, 700]
-        assert 0 < report["confident_share"] <= 1
-    assert accuracies[1.0] > accuracies[0.0] + 0.04, accuracies  # measured: 0.764 against 0.694 (seed 0)
+        assert ("confident_share" in report) == (weight > 0) and 0 < report.get("confident_share", 1) <= 1
+    assert accuracies[1.0] > accuracies[0.0] + 0.04, accuracies  # measured: 0.764 against 0.683 (seed 0)
 
 
 @pytest.mark.parametrize("values, message", [

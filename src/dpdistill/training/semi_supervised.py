@@ -94,18 +94,21 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
     """Train `config.arch` (Adam, cosine decay) on labelled `images` and `unlabelled` ones; report test accuracy
     and, for fixmatch, how many unlabelled images passed the threshold in the last steps (the share it trusts
     itself on). `labels` are class indices (n,) or class probabilities (n, classes) (soft targets). The
-    tangent-normal regulariser uses `triples` (`manifold_triples` of `unlabelled`), made here if not given."""
+    tangent-normal regulariser uses `triples` (`manifold_triples` of `unlabelled`), made here if not given. At
+    weight 0 the labelled images alone are trained on."""
     if not len(labels):
         raise ConfigError("consistency training needs at least one labelled image")
     device = torch.device(config.device)
-    fixmatch = config.regularizer == "fixmatch"
+    labels_alone = config.weight == 0  # the unlabelled images would only move BatchNorm's statistics
+    fixmatch = config.regularizer == "fixmatch" and not labels_alone
+    tangent_normal = config.regularizer == "tangent-normal" and not labels_alone
     vae_report = None
-    if not fixmatch and triples is None:
+    if tangent_normal and triples is None:
         triples, vae_report = manifold_triples(unlabelled, config, progress)
     model, optimizer, schedule = fresh_classifier(config.arch, tuple(images.shape[1:]), num_classes, config.lr,
                                                   config.steps, config.seed, device, config.init)
     images, labels, unlabelled = images.to(device), labels.to(device), unlabelled.to(device)
-    triples = None if fixmatch else triples.to(device)
+    triples = triples.to(device) if tangent_normal else None
     labelled_count, unlabelled_count = config.batch_size, config.batch_size * config.unlabelled_ratio
     started, confident_share, history = time.perf_counter(), 0.0, []
     model.train()
@@ -113,7 +116,9 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
         chosen = torch.randint(len(labels), (labelled_count,), device=device)
         drawn = torch.randint(len(unlabelled), (unlabelled_count,), device=device)
         labelled_view = shift_and_flip(images[chosen], config.augment_shift, flip=True)
-        if fixmatch:
+        if labels_alone:
+            labelled_logits, unlabelled_term = model(labelled_view), torch.zeros((), device=device)
+        elif fixmatch:
             pool = unlabelled[drawn]
             logits = model(torch.cat([labelled_view, shift_and_flip(pool, config.augment_shift, flip=True),
                                       strong_augment(pool)]))  # one pass: BatchNorm sees all images together
