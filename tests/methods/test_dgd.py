@@ -45,6 +45,17 @@ def test_the_paper_settings_follow_the_budget_and_the_variant():
     assert DgdConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config  # what a resume reads back
 
 
+def test_the_fixed_preset_holds_the_departures_its_control_measured_and_set_overrides_them():
+    fixed = build_dgd_config(10.0, baseline="b", preset="fixed")
+    assert fixed.generator.batchnorm_weight == 1.0 and fixed.generator.final_batchnorm
+    assert (fixed.labelling.student_arch, fixed.labelling.student_training, fixed.labelling.augment_shift) == (
+        "scatter-linear", "supervised", 0)
+    assert (fixed.labelling.queries, fixed.labelling.vote_noise) == (1300, "laplace")  # the seed's answers kept
+    assert build_dgd_config(10.0, baseline="b", preset="paper") == build_dgd_config(10.0, baseline="b")
+    overridden = build_dgd_config(10.0, baseline="b", preset="fixed", settings={"student_arch": "cnn"})
+    assert overridden.labelling.student_arch == "cnn" and overridden.generator.batchnorm_weight == 1.0
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: build_dgd_config(None, baseline="b"), PrivacyParameterError, "budget"),
     (lambda: build_dgd_config(3.0, baseline="b"), ConfigError, "queries=N"),
@@ -61,6 +72,7 @@ def test_the_paper_settings_follow_the_budget_and_the_variant():
     (lambda: build_dgd_config(None, baseline="b", settings={"vote_noise": "none", "queries": 5,
                                                             "answer_targets": "posterior"}), ConfigError, "argmax"),
     (lambda: build_dgd_config(1.0, baseline="b", settings={"answer_targets": "shares"}), ConfigError, "exact votes"),
+    (lambda: build_dgd_config(1.0, baseline="b", preset="faithful"), ConfigError, "choose paper, fixed"),
 ])
 def test_impossible_settings_are_refused(call, error, message):
     with pytest.raises(error, match=message):

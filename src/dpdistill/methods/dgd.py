@@ -55,8 +55,14 @@ from dpdistill.training.data_free import DataFreeConfig, generate, train_data_fr
 
 PAPER_QUERIES = {1.0: 27, 10.0: 1300}  # the seed's answers at epsilon 1 and 10 (Tables II, III)
 PAPER_LAPLACE_SCALE = 40  # 2 / eps0
-PAPER_EPSILON1 = 0.01
-PAPER_ROUNDS = 500  # the seed's "iteration rounds" of its VAE and student  # the seed's generative-stream budget (latent Laplace noise)
+PAPER_EPSILON1 = 0.01  # the seed's generative-stream budget (latent Laplace noise)
+PAPER_ROUNDS = 500  # the seed's "iteration rounds" of its VAE and student
+# `--preset`: the seed's settings (the default), or the departures its control showed to transfer without noise
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "fixed": {"generator_batchnorm_weight": 1.0, "student_arch": "scatter-linear", "student_training": "supervised",
+              "augment_shift": 0},
+}
 GENERATOR_STATE = "generator.safetensors"
 GENERATOR_PREFIX = "generator_"  # `--set generator_steps=...` sets DataFreeConfig's steps
 SAMPLES_SHOWN = 64
@@ -141,10 +147,13 @@ def parse_dgd_assignments(assignments: list[str]) -> dict[str, Any]:
 
 
 def build_dgd_config(epsilon: float | None, baseline: str | None = None, sample_source: str | None = None,
-                     settings: dict[str, Any] | None = None, **pate: Any) -> DgdConfig:
-    """DGD's defaults (`paper_labelling`), then `settings` (PATE's fields, `synthetic_size`, `generator_`-prefixed
-    generator fields) and `pate` (PateConfig's fields given by name: delta, seed, device...)."""
-    given = {**(settings or {}), **pate}
+                     settings: dict[str, Any] | None = None, preset: str | None = None, **pate: Any) -> DgdConfig:
+    """DGD's defaults (`paper_labelling`), then the preset's settings, then `settings` (PATE's fields,
+    `synthetic_size`, `generator_`-prefixed generator fields) and `pate` (PateConfig's fields given by name: delta,
+    seed, device...)."""
+    if (preset or "paper") not in PRESETS:
+        raise ConfigError(f"unknown DGD preset {preset!r}: choose {', '.join(PRESETS)}")
+    given = {**PRESETS[preset or "paper"], **(settings or {}), **pate}
     control = given.get("vote_noise") == EXACT_VOTES
     if epsilon is None and not control:
         raise PrivacyParameterError("a privacy budget --epsilon is required (or the control: --set vote_noise=none)")
@@ -298,7 +307,7 @@ def _configure(values: dict[str, Any]) -> DgdConfig | None:
     return build_dgd_config(values["epsilon"], paths["baseline"], paths["sample_source"],
                             {**parse_dgd_assignments(values["set_"]), **values.get(SETTINGS, {}),
                              **({"accept_noise": True} if values["accept_noise"] else {})},
-                            delta=values["delta"], seed=values["seed"], device=values["device"],
+                            values["preset"], delta=values["delta"], seed=values["seed"], device=values["device"],
                             reproducible_noise=values["reproducible_noise"])
 
 
@@ -318,6 +327,12 @@ COMMAND = CommandSpec(
                                                    "(train-teacher --out); the generator learns against it without "
                                                    "noise, so NO formal guarantee", field=False),
              Option("sample_source", Path | None, None, SAMPLE_SOURCE_HELP, field=False),
+             Option("preset", str | None, None, "paper, the seed's settings (the default); fixed, the departures "
+                                                "that make its pipeline learn without noise: the generator matches "
+                                                "the baseline's BatchNorm statistics, a supervised scatter-linear "
+                                                "student (the teachers' structure) on the images as they were "
+                                                "answered (no shift); --set overrides either",
+                    field=False),
              *field_options(PateConfig, ("delta",)),
              set_option("any setting, KEY=VALUE (repeatable): a `pate` option (queries=27), synthetic_size, or "
                         "generator_ and a generator setting (generator_steps=500)"),
