@@ -2,7 +2,8 @@
 with a random tint per image, 12,000 training and 2,000 test images, written as a folder of PNGs (one subfolder
 per class, torchvision's ImageFolder layout per split), then given to the command line with its defaults.
 
-    python benchmarks/experiments/user_data.py [--out /tmp/user-data] [--step build|private|sweep|scatter-cnn|teachers|pate]
+    python benchmarks/experiments/user_data.py [--out /tmp/user-data]
+        [--step build|private|sweep|scatter-cnn|teachers|pate]
 
 Each step runs the `dpdistill` command printed beside it and records its exit status, its wall time, its last
 lines and (where it wrote one) its report's accuracy in `results/user_data.json`.

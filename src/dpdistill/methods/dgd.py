@@ -151,9 +151,10 @@ def build_dgd_config(epsilon: float | None, baseline: str | None = None, sample_
     """DGD's defaults (`paper_labelling`), then the preset's settings, then `settings` (PATE's fields,
     `synthetic_size`, `generator_`-prefixed generator fields) and `pate` (PateConfig's fields given by name: delta,
     seed, device...)."""
-    if (preset or "paper") not in PRESETS:
+    preset = preset or "paper"
+    if preset not in PRESETS:
         raise ConfigError(f"unknown DGD preset {preset!r}: choose {', '.join(PRESETS)}")
-    given = {**PRESETS[preset or "paper"], **(settings or {}), **pate}
+    given = {**PRESETS[preset], **(settings or {}), **pate}
     control = given.get("vote_noise") == EXACT_VOTES
     if epsilon is None and not control:
         raise PrivacyParameterError("a privacy budget --epsilon is required (or the control: --set vote_noise=none)")
