@@ -45,6 +45,25 @@ def test_the_normal_step_is_orthogonal_to_the_manifold_and_of_the_asked_size():
     assert not torch.allclose(tangent, reconstructed)
 
 
+def test_a_decoder_that_ignores_a_coordinate_still_gets_a_normal_step():
+    """A singular Jacobian (here a coordinate the decoder never reads) once stopped a DGD run with a solver error."""
+    torch.manual_seed(0)
+    vae = VAE((1, 8, 8), latent_dim=6)
+    with torch.no_grad():
+        vae.decoder[0].weight[:, 0] = 0
+    images = torch.rand(16, 1, 8, 8) * 2 - 1
+    torch.manual_seed(1)
+    reconstructed, _, normal = tangent_normal_views(vae, images, tangent_radius=0.5, normal_radius=0.1)
+    step = (normal - reconstructed).flatten(1)
+    assert torch.isfinite(step).all()
+    assert step.pow(2).mean(1).sqrt() == pytest.approx(torch.full((16,), 0.1), rel=1e-4)
+    torch.manual_seed(1)
+    mean, log_variance = vae.encode(images)
+    codes = mean + torch.randn_like(mean) * (0.5 * log_variance).exp()
+    along = decoder_jacobians(vae, codes).transpose(1, 2) @ step.unsqueeze(2)
+    assert along.abs().max() < 1e-4 * step.norm(dim=1).max()
+
+
 def test_the_regulariser_pulls_the_neighbours_towards_a_fixed_centre():
     torch.manual_seed(0)
     student = build_classifier("cnn", (1, 8, 8), 10).eval()  # eval: BatchNorm does not tie the images together

@@ -31,9 +31,10 @@ def tangent_normal_views(vae: VAE, images: Tensor, tangent_radius: float, normal
     tangent = vae.decode(codes + tangent_radius * F.normalize(torch.randn_like(codes), dim=1))
     jacobians = decoder_jacobians(vae, codes)
     direction = torch.randn(len(images), jacobians.shape[1], 1, device=images.device)
-    gram = jacobians.transpose(1, 2) @ jacobians
-    along = torch.linalg.solve(gram, jacobians.transpose(1, 2) @ direction)  # the part in the tangent space
-    normal = (direction - jacobians @ along).squeeze(2)
+    # an orthonormal basis of a space holding the tangent space, not the Jacobian's Gram matrix: a decoder whose
+    # units are all dead at a code, or that ignores a coordinate, makes that matrix singular
+    basis = torch.linalg.qr(jacobians).Q
+    normal = (direction - basis @ (basis.transpose(1, 2) @ direction)).squeeze(2)
     scale = normal_radius * normal.shape[1] ** 0.5
     return reconstructed, tangent, reconstructed + scale * F.normalize(normal, dim=1).view_as(reconstructed)
 
