@@ -23,7 +23,7 @@ from dpdistill.models.registry import build_classifier
 from dpdistill.pipeline import dgd
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import ReleaseLedger
-from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
+from dpdistill.training.data_free import GENERATOR_PHASE, DataFreeConfig, generate, train_data_free_generator
 from helpers import write_sample_source
 
 TINY = {"synthetic_size": 300, "generator_steps": 10, "generator_batch_size": 32, "generator_width": (16, 8, 8),
@@ -86,7 +86,12 @@ def test_the_data_free_generator_learns_what_the_baseline_calls_confident_and_ba
     baseline, _ = load_teacher(digits_teacher)
     config = DataFreeConfig(steps=60, batch_size=64, width=(16, 8, 8))
     untrained, _ = train_data_free_generator(baseline, (1, 8, 8), DataFreeConfig(steps=1, width=(16, 8, 8)), 0, "cpu")
-    generator, report = train_data_free_generator(baseline, (1, 8, 8), config, 0, "cpu")
+    records: list[dict] = []
+    generator, report = train_data_free_generator(baseline, (1, 8, 8), config, 0, "cpu", records.append)
+    # a named phase that moves every step (a 2,000-step run once showed "student steps" for minutes at a time)
+    assert [(record["phase"], record["done"], record["total"]) for record in records] == [
+        (GENERATOR_PHASE, step, 60) for step in range(1, 61)]
+    assert "generator_loss" in records[-1]
 
     def objective(model):  # DAFL's, on fresh images
         features = baseline.features(generate(model, 256, 1, "cpu"))

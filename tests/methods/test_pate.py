@@ -21,6 +21,7 @@ from dpdistill.pipeline import interrupted_pate, pate
 from dpdistill.privacy.budget import plan_privacy
 from dpdistill.privacy.randomness import ReproducibleNoise
 from dpdistill.training.semi_supervised import VIEWS_PHASE
+from dpdistill.training.vae import VAE_PHASE
 
 # Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
 LOUD = {"epsilon": 1e6, "sigma": 0.05}
@@ -335,8 +336,10 @@ def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(di
     records: list[dict] = []
     report = pate(digits_ensemble, config, tmp_path, progress=records.append)
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1; 0.76-0.81 on three ensembles
-    steps = [record for record in records if "phase" not in record]  # after the answers' phase
-    assert steps[0]["vae_step"] == 150 and steps[-1]["done"] == 300  # the VAE's fit shows, then the steps
+    fit = [record for record in records if record.get("phase") == VAE_PHASE]  # the VAE's fit shows, each step
+    assert [record["done"] for record in fit] == list(range(1, 151)) and fit[-1]["total"] == 150
+    steps = [record for record in records if "phase" not in record]  # then the student's steps
+    assert steps[-1]["done"] == 300
     views = [record for record in records if record.get("phase") == VIEWS_PHASE]  # and the triples made between
     assert views[-1]["done"] == views[-1]["total"] > 0
     assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()

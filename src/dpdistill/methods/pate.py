@@ -383,7 +383,7 @@ def train_student(split: PublicSplit, answers: Answers, config: PateConfig, num_
     answers plus the public images the previous student labels with at least `pseudo_label_confidence`
     (post-processing). With consistency training every round also learns from the whole public pool, unlabelled.
     Progress records carry "done", the units of `config.progress_total()` finished so far (the tangent-normal
-    VAE's fitting, before the first round, reports "vae_step" and "vae_loss" instead)."""
+    VAE's fitting, before the first round, is a phase of its own)."""
     images, labels = split.pool[answers.indices[answers.confident]], answer_targets(answers, config, sigma)
     if not len(labels):
         raise ConfigError("the vote margin kept no answer: lower --vote-margin or raise the budget")

@@ -22,6 +22,7 @@ from dpdistill.models.registry import build_generator
 from dpdistill.progress import Progress
 
 GENERATION_BATCH = 1000
+GENERATOR_PHASE = "generator"  # a progress display's name for training the generator
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,9 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
         loss.backward()
         optimizer.step()
         schedule.step()
-        if progress and (step % 100 == 0 or step == config.steps):
-            progress({"generator_step": step, "generator_loss": loss.item()})
+        if progress:  # every step, so that a display never sits still; the loss (a device sync) now and then
+            shown = {"generator_loss": loss.item()} if step % 100 == 0 or step == config.steps else {}
+            progress({"phase": GENERATOR_PHASE, "done": step, "total": config.steps, **shown})
     return generator.eval().requires_grad_(False), {
         "terms": {name: value.item() for name, value in terms.items()},
         "wall_seconds": time.perf_counter() - started}

@@ -14,6 +14,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.models.vae import VAE
 from dpdistill.progress import Progress
 
+VAE_PHASE = "VAE"  # a progress display's name for fitting the VAE
+
 
 @dataclass(frozen=True)
 class VaeConfig:
@@ -50,6 +52,6 @@ def fit_vae(images: Tensor, config: VaeConfig, progress: Progress | None = None)
         optimizer.step()
         schedule.step()
         smoothed = loss.item() if smoothed is None else 0.98 * smoothed + 0.02 * loss.item()
-        if progress and (step % 500 == 0 or step == config.steps):
-            progress({"vae_step": step, "vae_loss": smoothed})
+        if progress:
+            progress({"phase": VAE_PHASE, "done": step, "total": config.steps, "vae_loss": smoothed})
     return vae.eval().requires_grad_(False), {"negative_elbo": smoothed, "wall_seconds": time.perf_counter() - started}
