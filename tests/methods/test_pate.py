@@ -338,8 +338,8 @@ def test_a_tangent_normal_student_learns_from_the_answers_and_the_vae_triples(di
     assert report["accuracy"]["student"] > 0.5  # from 100 answers; chance is 0.1; 0.76-0.81 on three ensembles
     fit = [record for record in records if record.get("phase") == VAE_PHASE]  # the VAE's fit shows, each step
     assert [record["done"] for record in fit] == list(range(1, 151)) and fit[-1]["total"] == 150
-    steps = [record for record in records if "phase" not in record]  # then the student's steps
-    assert steps[-1]["done"] == 300
+    steps = [record for record in records if "phase" not in record]  # then the student's, each step, and its end
+    assert [record["done"] for record in steps] == [*range(1, 301), 300]
     views = [record for record in records if record.get("phase") == VIEWS_PHASE]  # and the triples made between
     assert views[-1]["done"] == views[-1]["total"] > 0
     assert "tangent-normal training (DGD" in (tmp_path / "report.md").read_text()

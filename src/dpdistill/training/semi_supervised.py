@@ -53,7 +53,7 @@ class ConsistencyConfig:
     init: str | None = None  # start from this pretrained encoder (`dpdistill pretrain`), not random weights
     seed: int = 0
     device: str = "cpu"
-    report_every: int = 500  # steps between progress records
+    report_every: int = 500  # steps between the history's figures (a progress record comes every step)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "unlabelled_ratio", "report_every"):
@@ -139,13 +139,14 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
         loss.backward()
         optimizer.step()
         schedule.step()
+        record = {"step": step}  # every step, so that a display never sits still; figures now and then
         if step % config.report_every == 0 or step == config.steps:
-            record = {"step": step, "train_loss": loss.item()}
+            record["train_loss"] = loss.item()
             if fixmatch:
                 record["confident_share"] = confident_share
             history.append(record)
-            if progress:
-                progress(record)
+        if progress:
+            progress(record)
     report = {"test_accuracy": accuracy(model.eval(), x_test, y_test, device=device), "history": history,
               "wall_seconds": time.perf_counter() - started}
     if fixmatch:
