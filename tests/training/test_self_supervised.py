@@ -24,9 +24,11 @@ def test_loss_is_nt_xent_on_a_known_geometry():
 def test_pretraining_lowers_the_loss_and_leaves_the_head_as_built():
     digits = load_dataset("digits")
     config = ContrastiveConfig(steps=60, batch_size=64, report_every=20)
-    encoder, report = pretrain_contrastive(digits.x_train, 10, config)
+    records: list[dict] = []
+    encoder, report = pretrain_contrastive(digits.x_train, 10, config, progress=records.append)
     losses = [record["loss"] for record in report["history"]]
     assert [record["step"] for record in report["history"]] == [20, 40, 60]
+    assert [record["step"] for record in records] == list(range(1, 61))  # a display moves every step
     assert losses[-1] < losses[0] - 0.3, losses
     torch.manual_seed(config.seed)
     built = build_classifier("cnn", digits.input_shape, 10)

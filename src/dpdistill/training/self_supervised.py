@@ -36,7 +36,7 @@ class ContrastiveConfig:
     lr: float = 1e-3
     seed: int = 0
     device: str = "cpu"
-    report_every: int = 100
+    report_every: int = 100  # steps between the history's losses (a progress record comes every step)
 
     def __post_init__(self) -> None:
         for name in ("steps", "projection_dim", "report_every"):
@@ -86,8 +86,10 @@ def pretrain_contrastive(images: Tensor, num_classes: int, config: ContrastiveCo
         loss.backward()
         optimizer.step()
         schedule.step()
+        record = {"step": step}  # every step, so that a display never sits still; the loss now and then
         if step % config.report_every == 0 or step == config.steps:
-            history.append({"step": step, "loss": loss.item()})
-            if progress:
-                progress(history[-1])
+            record["loss"] = loss.item()
+            history.append(record)
+        if progress:
+            progress(record)
     return model.eval(), {"history": history, "wall_seconds": time.perf_counter() - started}
