@@ -17,6 +17,7 @@ from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.cli.main import app
 from dpdistill.models.checkpoint import load_conditional_generator
 from dpdistill.data.sample_source import load_sample_source
+from dpdistill.methods.synthetic import CLASSIFIER_PHASE
 from dpdistill.privacy.ledger import event_from_json
 from dpdistill.privacy.accounting import rdp_epsilon
 from helpers import built_once
@@ -122,11 +123,14 @@ def test_dpmerf_release_composes_with_a_teacher_route(merf_synthesized: Path):
     assert source.formal_guarantee and source.release.epsilon == privacy["epsilon"] and len(source.labels) == 300
 
 
-def test_the_python_api_runs_dpmerf(tmp_path: Path):
+def test_the_python_api_runs_dpmerf_and_names_the_classifiers_phase(tmp_path: Path):
+    records: list[dict] = []
     result = synthesize("digits", tmp_path / "api", method="dp-merf", epsilon=1000.0, synthetic_size=100, steps=5,
-                        rff_features=64, student_epochs=1)
+                        rff_features=64, student_epochs=1, progress=records.append)
     assert result.generator is None and result.report["method"] == "dp-merf"
     assert (tmp_path / "api" / "synthetic.npz").exists()
+    # the classifier's epochs (minutes on 60,000 images) are a phase of their own, not a silence after the steps
+    assert [record["epoch"] for record in records if record.get("phase") == CLASSIFIER_PHASE] == [1]
 
 
 DATALENS_BASE = ("--top-k", "16")

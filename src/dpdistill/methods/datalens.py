@@ -177,7 +177,8 @@ class DataLensJob(Job):
         result = self.trainer.run(resume)
         images, labels = synthesize(result.generator, config.synthetic_size, config.seed, config.batch_size)
         student, evaluation, student_seconds = evaluate_synthetic(dataset, images, labels, "DataLens", StudentSettings(
-            STUDENT_ARCH, config.student_epochs, config.student_lr, config.student_batch, config.seed, config.device))
+            STUDENT_ARCH, config.student_epochs, config.student_lr, config.student_batch, config.seed, config.device),
+            self.progress)
         # the official evaluation reports the best test epoch: optimistic, shown beside the final model, labelled
         evaluation["accuracy"][OFFICIAL_PROTOCOL] = max(record["test_accuracy"] for record in evaluation["student_history"])
         privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,

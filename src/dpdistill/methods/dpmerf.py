@@ -85,7 +85,7 @@ class DpMerfJob(Job):
     """The noise is calibrated to the budget before the private data are read."""
 
     def __init__(self, config: MeanEmbeddingConfig, out_dir: Path, progress: Progress | None) -> None:
-        self.config = config
+        self.config, self.progress = config, progress
         self.dataset = load_dataset(config.dataset)
         self.plan = plan_mean_embedding(config)
         self.noise = noise_source(config.reproducible_noise, config.seed)
@@ -102,7 +102,7 @@ class DpMerfJob(Job):
         student, evaluation, student_seconds = evaluate_synthetic(
             dataset, result.images, result.labels, "DP-MERF",
             StudentSettings(config.student_arch, config.student_epochs, config.student_lr, config.student_batch,
-                            config.seed, config.device, every_epoch=False))
+                            config.seed, config.device, every_epoch=False), self.progress)
         privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,
                    "event": event_to_json(self.plan.release_event()), "noise": self.noise.description,
                    "embedding": list(config.embedding),
