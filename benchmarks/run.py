@@ -975,8 +975,8 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     if papers:
         lines += ["", "### The seed papers beside this implementation", "",
                   "At each paper's own settings (`--preset paper --accounting paper`). The paper-formula epsilon is "
-                  "the paper's analysis, NOT a guarantee; the sound epsilon is what the run spends. The control "
-                  "is the same pipeline without its noise (NOT private). "
+                  "NOT a guarantee; the sound epsilon is what the run spends. The control: the same pipeline "
+                  "without noise (NOT private). "
                   f"{DATASET_NAMES.get(datasets[0], datasets[0])}; other data sets: {commands}.", "",
                   "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps | "
                   "control: row, % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -1019,7 +1019,7 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
 def _control_text(name: str, by_name: dict[str, dict]) -> str:
     if not name:
         return "—"
-    return f"`{name}`: {_accuracy_text(by_name[name])}" if name in by_name else f"`{name}`: not run"
+    return f"`{name}`: {_number(by_name[name]['accuracy_mean'], '.2f')}" if name in by_name else f"`{name}`: not run"
 
 
 SCALE_RESULTS = Path(__file__).parent / "experiments" / "results" / "federation_scale.json"
