@@ -154,3 +154,12 @@ def test_a_run_total_given_to_the_records_leaves_a_phases_own_count():
     counting({"epoch": 1})
     assert records == [{"phase": "features", "done": 256, "total": 512}, {"epoch": 1, "total": 40}]
     assert with_total(None, 40) is None
+
+
+def test_on_a_terminal_a_step_without_figures_keeps_the_last_ones_shown():
+    """Loops send a record every step and their loss now and then: the loss stays on the bar in between."""
+    display = ProgressDisplay("steps", 3, terminal=True)
+    with display:
+        display({"step": 1, "loss": 0.5})
+        display({"step": 2})
+        assert display.bar.tasks[0].fields["status"] == "step=2  loss=0.5" and display.bar.tasks[0].completed == 2

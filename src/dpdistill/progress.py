@@ -25,7 +25,8 @@ POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step
 SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
               "confident_share", "loss", "vae_loss", "generator_loss", "cached")
 # records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
-MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "cached")
+MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_loss",
+                  "cached")
 LOG_INTERVAL_SECONDS = 10.0  # between two plain lines when no milestone comes
 
 
@@ -71,6 +72,7 @@ class ProgressDisplay:
         self.last_line = -float("inf")
         self.position: int | None = None
         self.phase: str | None = None  # the named phase under way (None: the run's own count)
+        self.status: dict[str, str] = {}  # the figures on a terminal's bar, each the last given (this phase's)
         self.run_count: tuple[int | None, int | None] = (total, None)  # the run's total and position, kept meanwhile
         self.bar: Bar | None = None
         self.task = None
@@ -106,10 +108,12 @@ class ProgressDisplay:
             self.position = position
             if self.first is None or position < self.first[1]:  # a count that starts again: a new phase
                 self.first = (now, position)
-        figures = [f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
-                   for key, value in record.items() if key in SHOWN_KEYS]
-        if self.terminal:
-            self._draw("  ".join(figures))
+        shown = {key: f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+                 for key, value in record.items() if key in SHOWN_KEYS}
+        figures = list(shown.values())
+        if self.terminal:  # the bar keeps each figure until a record gives it anew (loops send a loss now and then)
+            self.status.update(shown)
+            self._draw("  ".join(self.status.values()))
         elif any(key in record for key in MILESTONE_KEYS) or now - self.last_line >= self.interval:
             self.last_line = now
             self._line(self._plain(now, figures, started=False))
@@ -118,7 +122,7 @@ class ProgressDisplay:
         """A named phase begins (its own count), or ends and the run's count resumes where it was."""
         if self.phase is None:
             self.run_count = (self.total, self.position)
-        self.phase, self.first = phase, None
+        self.phase, self.first, self.status = phase, None, {}
         self.total, self.position = (None, None) if phase is not None else self.run_count
         if self.bar is not None:
             self.bar.update(self.task, description=phase or self.description)

@@ -52,6 +52,7 @@ def fit_vae(images: Tensor, config: VaeConfig, progress: Progress | None = None)
         optimizer.step()
         schedule.step()
         smoothed = loss.item() if smoothed is None else 0.98 * smoothed + 0.02 * loss.item()
-        if progress:
-            progress({"phase": VAE_PHASE, "done": step, "total": config.steps, "vae_loss": smoothed})
+        if progress:  # every step, so that a display never sits still; the loss now and then (a logged line)
+            shown = {"vae_loss": smoothed} if step % 500 == 0 or step == config.steps else {}
+            progress({"phase": VAE_PHASE, "done": step, "total": config.steps, **shown})
     return vae.eval().requires_grad_(False), {"negative_elbo": smoothed, "wall_seconds": time.perf_counter() - started}
