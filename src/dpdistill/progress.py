@@ -23,7 +23,7 @@ Progress = Callable[[dict], None]
 # where a record says how far it is, and what a display shows beside the position
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
 SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
-              "confident_share", "loss", "vae_loss", "generator_loss", "cached")
+              "confident_share", "loss", "vae_loss", "generator_loss", "cached", "teacher_step")
 # records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
 MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_loss",
                   "cached")

@@ -36,8 +36,12 @@ def test_every_sample_is_one_charged_query_with_secret_noise_on_each_pixel(tmp_p
     config = DataLensConfig(**SMALL, steps=5, sigma=None)
     plan = plan_datalens(config)
     noise = CountingNoise()
-    trainer = DataLensTrainer(config, load_dataset("digits"), plan, tmp_path, noise=noise)
+    records: list[dict] = []
+    trainer = DataLensTrainer(config, load_dataset("digits"), plan, tmp_path, progress=records.append, noise=noise)
     trainer.run()
+    # a record after each teacher step too: a step of thousands of teachers takes seconds on a CPU
+    assert [(record["step"], record.get("teacher_step")) for record in records] == [
+        (0, 1), (0, 2), *[pair for step in range(1, 6) for pair in ((step - 1, 1), (step - 1, 2), (step, None))]]
     assert trainer.ledger.answered == plan.queries == 30
     assert noise.drawn == plan.queries * 64
     assert plan.epsilon(config.delta) <= config.epsilon

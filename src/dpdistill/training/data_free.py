@@ -96,8 +96,8 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
         loss.backward()
         optimizer.step()
         schedule.step()
-        if progress:  # every step, so that a display never sits still; the loss (a device sync) now and then
-            shown = {"generator_loss": loss.item()} if step % 100 == 0 or step == config.steps else {}
+        if progress:  # every step, so a display never sits still; the loss (a device sync, a logged line) now and then
+            shown = {"loss": loss.item()} if step % 100 == 0 or step == config.steps else {}
             progress({"phase": GENERATOR_PHASE, "done": step, "total": config.steps, **shown})
     return generator.eval().requires_grad_(False), {
         "terms": {name: value.item() for name, value in terms.items()},

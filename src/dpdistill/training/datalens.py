@@ -293,17 +293,25 @@ class DataLensTrainer:
         self.generator_optimizer.step()
         return float(direction.abs().mean()), float(teacher_loss.detach()) / config.teachers
 
+    def _teacher_steps(self, count: int) -> float:
+        """`count` teacher steps, each announced (thousands of teachers take seconds a step on a CPU); their summed
+        mean losses."""
+        loss = 0.0
+        for teacher_step in range(1, count + 1):
+            loss += self._teacher_step()
+            self.progress({"step": self.step_index, "total": self.plan.steps, "teacher_step": teacher_step})
+        return loss
+
     def run(self, resume: bool = False) -> DataLensResult:
         started = time.perf_counter()
         timing = {"teachers": 0.0, "generator": 0.0}
         if resume:
             self._restore()
         else:
-            for _ in range(self.config.teacher_warmup):
-                self._teacher_step()
+            self._teacher_steps(self.config.teacher_warmup)
         while self.step_index < self.plan.steps:
             step_started = time.perf_counter()
-            teacher_loss = sum(self._teacher_step() for _ in range(self.config.discriminator_steps))
+            teacher_loss = self._teacher_steps(self.config.discriminator_steps)
             lap = time.perf_counter()
             timing["teachers"] += lap - step_started
             kept_share, generator_loss = self._generator_step()
