@@ -273,7 +273,8 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
                   ("--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear", "--set",
                    "student_training=supervised", "--set", "answer_targets=shares"), 1),
                  ("-fixed", ", `--preset fixed` (the same, the student on the images as answered, unshifted) "
-                  "learning the vote shares", ("--preset", "fixed", "--set", "answer_targets=shares"), 1))]
+                  "learning the vote shares", ("--preset", "fixed", "--set", "answer_targets=shares"),
+                  headline_seeds))]
     # the seed's answers and noise with the departures its control measured (`--preset fixed`)
     runs += [Run(f"dgd-fixed-eps{epsilon}-{dataset}", "DGD, `--preset fixed`: generator matching the baseline's "
                  "BatchNorm statistics, supervised scatter-linear student, unshifted (NO formal guarantee)", dataset,

@@ -162,6 +162,16 @@ def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_mul
     return directory
 
 
+def assert_confusion_matches_accuracy(report: dict, out: Path, classes: int) -> None:
+    """The report's confusion matrix counts the evaluation images by true and predicted class: its diagonal is the
+    student's accuracy, and report.md shows its figure."""
+    counts = np.array(report["confusion"])
+    assert counts.shape == (classes, classes) and counts.sum() > 0
+    assert np.trace(counts) / counts.sum() == pytest.approx(report["accuracy"]["student"], abs=1e-6)
+    assert json.loads((out / "report.json").read_text())["confusion"] == report["confusion"]
+    assert (out / "confusion.png").stat().st_size > 0 and "](confusion.png)" in (out / "report.md").read_text()
+
+
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
     """A copy of what `build(directory)` writes, built once per test run: under pytest-xdist the first worker to ask
     builds it while the others wait, and each worker gets its own copy, so a test that writes into it (a ledger, a

@@ -24,7 +24,7 @@ REPORT_FILE = "report.json"
 RUN_LOCK = ".lock"
 ENSEMBLE_STATE = "resume"  # an ensemble's resumable state, beside its members (its members are its outputs)
 # Every name a dpdistill run writes into its --out: --overwrite removes these and refuses anything else
-RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|answers\.png|scores\.png|inversion\.png|route|teacher|"
+RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|answers\.png|confusion\.png|scores\.png|inversion\.png|route|teacher|"
                          r"(latents|answers)\.safetensors|synthetic\.npz|(model|student|generator|encoder|heads)\.(safetensors|json)|"
                          rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
                          r"member-\d{3,})(\.tmp)?")

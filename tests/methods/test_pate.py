@@ -22,6 +22,7 @@ from dpdistill.privacy.budget import plan_privacy
 from dpdistill.privacy.randomness import ReproducibleNoise
 from dpdistill.training.semi_supervised import VIEWS_PHASE
 from dpdistill.training.vae import VAE_PHASE
+from helpers import assert_confusion_matches_accuracy
 
 # Almost noiseless votes: a budget no one would release with, to test the mechanics and that learning happens.
 LOUD = {"epsilon": 1e6, "sigma": 0.05}
@@ -169,6 +170,7 @@ def test_the_student_learns_from_the_answers(digits_ensemble: Path, tmp_path: Pa
     assert config.progress_total() == 2
     assert report["accuracy"]["answers"] > 0.8
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert_confusion_matches_accuracy(report, tmp_path, 10)
     assert report["privacy"]["queries"] == 200 and report["privacy"]["teachers"] == 4
     assert [record["round"] for record in report["history"]] == [1, 2]
     assert (tmp_path / ANSWERS_FILE).exists() and not (tmp_path / "private" / "resume").exists()

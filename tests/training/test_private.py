@@ -28,7 +28,7 @@ from dpdistill.privacy.accounting import (GaussianQuery, SampledGaussianQuery, S
                                           composed_epsilon, dpsgd_epsilon)
 from dpdistill.training.private import PrivateTrainingConfig, calibrate_dpsgd, label_logits, plan_private_training
 
-from helpers import gdp_delta
+from helpers import assert_confusion_matches_accuracy, gdp_delta
 
 DELTA = 1e-5
 DIGITS_TRAIN = 1437
@@ -175,6 +175,7 @@ def test_private_dpsgd_learns_within_its_budget(tmp_path: Path):
     assert privacy["relation"] == "add-remove" and privacy["epsilon_add_remove"] == privacy["epsilon"]
     assert privacy["epsilon"] < privacy["epsilon_replace_one"]  # the same noise under replace-one
     assert report["accuracy"]["student"] > 0.5  # chance is 0.1
+    assert_confusion_matches_accuracy(report, tmp_path, 10)
     assert json.loads((tmp_path / "report.json").read_text())["privacy"] == as_written(privacy)
     assert "-DP** with respect to adding or removing one private training example" in (tmp_path / "report.md").read_text()
     assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])

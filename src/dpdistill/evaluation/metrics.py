@@ -25,6 +25,12 @@ def predict(model: nn.Module, images: Tensor, batch_size: int = 1024, device: st
     return probabilities(model, images, batch_size, device).argmax(1)
 
 
+def confusion_counts(predicted: Tensor, labels: Tensor, num_classes: int) -> Tensor:
+    """(classes, classes) counts of the images of each true class (row) given each predicted class (column)."""
+    pairs = labels.long().cpu() * num_classes + predicted.long().cpu()
+    return torch.bincount(pairs, minlength=num_classes * num_classes).view(num_classes, num_classes)
+
+
 def accuracy(model: nn.Module, images: Tensor, labels: Tensor, batch_size: int = 1024,
              device: str | torch.device = "cpu") -> float:
     """Fraction of correct predictions, in [0, 1]."""

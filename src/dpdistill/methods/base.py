@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
-from torch import nn
+from torch import Tensor, nn
 
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.progress import Progress
@@ -54,6 +54,9 @@ class Outcome:
     private_record: Callable[[], dict[str, Any]]
     release: Release | None = None  # what the run released from the teacher, settled in its ledger
     write_files: Callable[[Path, dict[str, Any]], None] = no_files  # further public outputs (samples, answers)
+    # the released student's predictions on the images its accuracy is measured on (evaluation.metrics.
+    # confusion_counts): public like the accuracy, drawn and reported by the lifecycle
+    confusion: Tensor | None = None
 
 
 class Job(ABC):

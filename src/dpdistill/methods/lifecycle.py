@@ -17,7 +17,8 @@ from dpdistill.models.checkpoint import save_model
 from dpdistill.privacy.ledger import DatasetLedger, Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.progress import Progress, announce_start
-from dpdistill.reporting.report import write_private_record, write_report
+from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix,
+                                       write_private_record, write_report)
 from dpdistill.runs import claim_out_dir, exclusive, release_state, write_config
 
 
@@ -78,8 +79,13 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
                        name=name)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
                   "seed": config.seed, "dpdistill_version": __version__}
+        markdown = method.markdown(report)
+        if outcome.confusion is not None:
+            report["confusion"] = outcome.confusion.tolist()
+            save_confusion_matrix(outcome.confusion, out_dir / CONFUSION_FIGURE)
+            markdown += confusion_section()
         outcome.write_files(out_dir, report)
-        write_report(out_dir, report, method.markdown(report))
+        write_report(out_dir, report, markdown)
         write_private_record(out_dir, outcome.private_record())
         shutil.rmtree(release_state(out_dir), ignore_errors=True)
         return report

@@ -38,7 +38,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL, PublicSplit, pool_size, public_split
 from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import probabilities
+from dpdistill.evaluation.metrics import confusion_counts, predict, probabilities
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
@@ -566,7 +566,8 @@ class PateJob(Job):
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them
             private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(
                 self.ensemble, self.meta, self.evaluation, self.dataset_name, config.device)}},
-            release=self.planned, write_files=write_files)
+            release=self.planned, write_files=write_files,
+            confusion=confusion_counts(predict(student, split.x_eval, device=config.device), split.y_eval, num_classes))
 
 
 def _configure(values: dict[str, Any]) -> PateConfig | None:

@@ -90,6 +90,6 @@ class PrivateTrainingJob(Job):
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
             covers=method.covers + (PUBLIC_START if config.student_init else ""),
             models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
-            private_record=lambda: result.private_figures,
+            private_record=lambda: result.private_figures, confusion=result.confusion,
             write_files=lambda out_dir, written: save_accuracy_curve(written["history"], "epoch",
                                                                      out_dir / TRAINING_FIGURE))

@@ -130,6 +130,41 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
+CONFUSION_FIGURE = "confusion.png"  # the released student's confusion matrix on the evaluation images
+
+
+def save_confusion_matrix(counts: Tensor, path: Path) -> None:
+    """Each true class's images (rows) by predicted class (columns), as shares of the row, with the counts written
+    in: where a student confuses two classes, or calls everything one."""
+    counts = counts.cpu().double()
+    shares = (counts / counts.sum(1, keepdim=True).clamp(min=1)).numpy()
+    classes = len(counts)
+    plt = pyplot()
+    size = max(3.5, 0.45 * classes + 1.5)
+    figure, axis = plt.subplots(figsize=(size, size * 0.85))
+    image = axis.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    if classes <= 20:  # beyond, the numbers would not fit their cells
+        axis.set_xticks(range(classes))
+        axis.set_yticks(range(classes))
+        for row in range(classes):
+            for column in range(classes):
+                axis.text(column, row, f"{int(counts[row, column])}", ha="center", va="center", fontsize=6,
+                          color="white" if shares[row, column] > 0.5 else "black")
+    axis.set_xlabel("predicted class")
+    axis.set_ylabel("true class")
+    figure.colorbar(image, ax=axis, label="share of the true class")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def confusion_section() -> str:
+    """The report.md lines that show the confusion matrix (its counts are report.json's `confusion`)."""
+    return ("\n## Confusion matrix\n\nThe released student's predictions on the images its accuracy is measured on: "
+            "each row a true class, each column a predicted class (counts in `report.json`'s `confusion`).\n\n"
+            f"![confusion matrix]({CONFUSION_FIGURE})\n")
+
+
 def percent(value: float | None) -> str:
     """A fraction as a report shows it: a percentage with two decimals, or n/a."""
     return "n/a" if value is None else f"{100 * value:.2f}%"

@@ -60,7 +60,7 @@ from torch.utils.data._utils.collate import default_collate
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import accuracy
+from dpdistill.evaluation.metrics import accuracy, confusion_counts, predict
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import setting
 from dpdistill.progress import Progress
@@ -464,6 +464,7 @@ class PrivateTrainingResult:
     wall_seconds: float
     fixes: list[str]  # what Opacus' ModuleValidator.fix changed in the student (BatchNorm -> GroupNorm)
     private_figures: dict[str, Any]
+    confusion: Tensor  # public, as the accuracy: the final student's predictions on the evaluation images
 
 
 class PrivateTrainer:
@@ -552,8 +553,10 @@ class PrivateTrainer:
                 self.progress(self.history[-1])
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
+        confusion = confusion_counts(predict(self.trained, self.eval_inputs, device=self.device), self.y_eval,
+                                     self.dataset.num_classes)
         return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
-                                     time.perf_counter() - started, self.fixes, self.private_figures())
+                                     time.perf_counter() - started, self.fixes, self.private_figures(), confusion)
 
     def private_figures(self) -> dict[str, Any]:
         """Figures computed from the private data without noise: for a private record, never the public report."""
