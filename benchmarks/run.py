@@ -278,7 +278,8 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
     # the seed's answers and noise with the departures its control measured (`--preset fixed`)
     runs += [Run(f"dgd-fixed-eps{epsilon}-{dataset}", "DGD, `--preset fixed`: generator matching the baseline's "
                  "BatchNorm statistics, supervised scatter-linear student, unshifted (NO formal guarantee)", dataset,
-                 ("--preset", "fixed", "--epsilon", epsilon), 1, PAPER_DGD.get((dataset, epsilon)), command="dgd",
+                 ("--preset", "fixed", "--epsilon", epsilon), headline_seeds, PAPER_DGD.get((dataset, epsilon)),
+                 command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
     # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
     runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, extra, 1, command="dgd",
@@ -828,7 +829,7 @@ TARGETS = (
            "pate-1000-heads-longer-fixmatch-posterior-eps1-q500-fmnist", 80),
     Target("best ensemble at sound epsilon 10 at least 87%",
            "pate-100-heads-longer-fixmatch-posterior-eps10-q500-fmnist", 87),
-    Target("scatter-linear DP-SGD, defaults, epsilon 1: at least 88.0%", "dpsgd-scatter-linear-eps1-fmnist", 88),
+    Target("scatter-linear DP-SGD, defaults, epsilon 1: at least 88%", "dpsgd-scatter-linear-eps1-fmnist", 88),
     Target("the same run under 10 minutes", "dpsgd-scatter-linear-eps1-fmnist", 600, "wall"),
     Target("best scattering route at epsilon 3 at least 89.5%", "dpsgd-scatter-linear-long-eps3-fmnist", 89.5),
     Target("best scattering route at epsilon 10 at least 90.5%", "dpsgd-scatter-linear-long-eps10-fmnist", 90.5),
@@ -838,7 +839,7 @@ TARGETS = (
     Target("DataLens `--preset cpu` at epsilon 10 within an hour on 2 cores", "datalens-cpu-eps10-fmnist", 3600,
            "wall"),
     Target("DataLens' control (10 conv teachers, no noise) at least 60%", "datalens-control-fmnist", 60),
-    Target("DGD's control (exact votes), `--preset fixed`, at least 80%", "dgd-control-fixed-fmnist", 80),
+    Target("DGD's control (exact votes, `--preset fixed`) at least 80%", "dgd-control-fixed-fmnist", 80),
     Target("covered data-free transcription at epsilon 10 at least 75%", "pate-1000-heads-scatter-dpmerf-eps10-fmnist",
            75),
     Target("covered data-free transcription at epsilon 1 at least 65%", "pate-1000-heads-scatter-dpmerf-eps1-fmnist",
