@@ -24,7 +24,8 @@ from dpdistill.pipeline import dgd
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.progress import MILESTONE_KEYS
-from dpdistill.training.data_free import GENERATOR_PHASE, DataFreeConfig, generate, train_data_free_generator
+from dpdistill.training.data_free import (GENERATOR_PHASE, IMAGES_PHASE, DataFreeConfig, generate,
+                                         train_data_free_generator)
 from helpers import write_sample_source
 
 TINY = {"synthetic_size": 300, "generator_steps": 10, "generator_batch_size": 32, "generator_width": (16, 8, 8),
@@ -93,6 +94,10 @@ def test_the_data_free_generator_learns_what_the_baseline_calls_confident_and_ba
     assert [(record["phase"], record["done"], record["total"]) for record in records] == [
         (GENERATOR_PHASE, step, 60) for step in range(1, 61)]
     assert [record["done"] for record in records if set(record) & set(MILESTONE_KEYS)] == [60]  # a log keeps the loss
+    made: list[dict] = []  # making the images is a phase too (DGD's 60,000 sat minutes without a line)
+    assert len(generate(generator, 2500, 1, "cpu", made.append)) == 2500
+    assert [(record["phase"], record["done"], record["total"]) for record in made] == [
+        (IMAGES_PHASE, done, 2500) for done in (1000, 2000, 2500)]
 
     def objective(model):  # DAFL's, on fresh images
         features = baseline.features(generate(model, 256, 1, "cpu"))

@@ -284,7 +284,7 @@ class DgdJob(PateJob):
             self.state_dir.mkdir(parents=True, exist_ok=True)
             weights = {name: tensor.detach().cpu().contiguous() for name, tensor in generator.state_dict().items()}
             write_atomically({path: lambda temporary: save_file(weights, temporary)})
-        images = generate(generator, self.synthetic_size, seed, device)
+        images = generate(generator, self.synthetic_size, seed, device, self.progress)
         unlabelled = torch.zeros(len(images), dtype=torch.long)  # the generator is unconditional
         self.source = SampleSource(Path(self.dgd.baseline), "dgd data-free generator", self.dataset_name, images,
                                    unlabelled, Release(dp_accounting.NonPrivateDpEvent(), 1.0, math.inf), False)

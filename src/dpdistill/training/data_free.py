@@ -23,6 +23,7 @@ from dpdistill.progress import Progress
 
 GENERATION_BATCH = 1000
 GENERATOR_PHASE = "generator"  # a progress display's name for training the generator
+IMAGES_PHASE = "images"  # ... and for making the synthetic images with it
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,13 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
 
 
 @torch.inference_mode()
-def generate(generator: Generator, count: int, seed: int, device: str) -> Tensor:
-    """`count` images (CPU) from latents drawn with `seed`: the same generator and seed give the same images."""
+def generate(generator: Generator, count: int, seed: int, device: str, progress: Progress | None = None) -> Tensor:
+    """`count` images (CPU) from latents drawn with `seed`: the same generator and seed give the same images; a
+    display counts them (DGD's 60,000 take minutes on a CPU)."""
     latents = torch.randn(count, generator.latent_dim, generator=torch.Generator().manual_seed(seed))
-    return torch.cat([generator(batch.to(device)).cpu() for batch in latents.split(GENERATION_BATCH)])
+    images = []
+    for batch in latents.split(GENERATION_BATCH):
+        images.append(generator(batch.to(device)).cpu())
+        if progress:
+            progress({"phase": IMAGES_PHASE, "done": sum(map(len, images)), "total": count})
+    return torch.cat(images)
