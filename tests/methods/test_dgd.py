@@ -33,7 +33,7 @@ TINY = {"synthetic_size": 300, "generator_steps": 10, "generator_batch_size": 32
 
 
 def test_the_paper_settings_follow_the_budget_and_the_variant():
-    faithful = build_dgd_config(1.0, baseline="b")
+    faithful = build_dgd_config(1.0, baseline="b", preset="paper")
     assert (faithful.labelling.queries, faithful.labelling.vote_noise, faithful.labelling.sigma) == (27, "laplace", 40)
     assert faithful.labelling.student_training == "tangent-normal" and faithful.generator == DataFreeConfig()
     assert build_dgd_config(10.0, baseline="b").labelling.queries == 1300
@@ -53,7 +53,7 @@ def test_the_fixed_preset_holds_the_departures_its_control_measured_and_set_over
     assert (fixed.labelling.student_arch, fixed.labelling.student_training, fixed.labelling.augment_shift) == (
         "scatter-linear", "supervised", 0)
     assert (fixed.labelling.queries, fixed.labelling.vote_noise) == (1300, "laplace")  # the seed's answers kept
-    assert build_dgd_config(10.0, baseline="b", preset="paper") == build_dgd_config(10.0, baseline="b")
+    assert build_dgd_config(10.0, baseline="b", preset="fixed") == build_dgd_config(10.0, baseline="b")  # the default
     overridden = build_dgd_config(10.0, baseline="b", preset="fixed", settings={"student_arch": "cnn"})
     assert overridden.labelling.student_arch == "cnn" and overridden.generator.batchnorm_weight == 1.0
 
@@ -128,7 +128,7 @@ def test_the_generator_ends_in_dafls_batchnorm_and_can_match_the_baselines_stati
 def test_faithful_dgd_has_no_formal_guarantee_and_resumes_on_the_same_images(digits_ensemble: Path,
                                                                                digits_teacher: Path, tmp_path: Path,
                                                                                monkeypatch):
-    config = build_dgd_config(1.0, baseline=str(digits_teacher), settings=TINY)
+    config = build_dgd_config(1.0, baseline=str(digits_teacher), settings=TINY, preset="paper")
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -166,8 +166,8 @@ def test_covered_dgd_composes_with_its_source_within_the_budget(digits_ensemble:
                                  noise_multiplier=4.0)
     settings = {**{key: value for key, value in TINY.items() if key != "synthetic_size" and "generator" not in key},
                 "queries": 50}
-    report = dgd(digits_ensemble, build_dgd_config(10.0, sample_source=str(source), settings=settings),
-                 tmp_path / "run")
+    report = dgd(digits_ensemble, build_dgd_config(10.0, sample_source=str(source), settings=settings,
+                                                   preset="paper"), tmp_path / "run")
     privacy = report["privacy"]
     assert privacy.get("formal_guarantee", True) and "paper_epsilon" not in privacy
     assert privacy["route_epsilon"] < privacy["epsilon"] <= 10 + 1e-9
@@ -183,11 +183,19 @@ def test_a_baseline_that_is_an_ensemble_is_refused_before_any_answer(digits_ense
     assert not (tmp_path / "run" / "private").exists()
 
 
+def test_the_default_presets_batchnorm_term_refuses_a_baseline_without_batchnorm_before_any_write(
+        digits_ensemble: Path, digits_dp_teacher: Path, tmp_path: Path):
+    with pytest.raises(ConfigError, match="no BatchNorm layers.*--preset paper or --set generator_batchnorm_weight=0"):
+        dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(digits_dp_teacher), settings=TINY), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_faithful_dgd_records_its_read_of_the_baseline_in_the_baselines_ledger(digits_ensemble: Path,
                                                                                digits_teacher: Path, tmp_path: Path):
     baseline = Path(shutil.copytree(digits_teacher, tmp_path / "baseline",  # without other tests' releases
                                     ignore=shutil.ignore_patterns("ledger.json", ".ledger.lock", ".lock")))
-    dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(baseline), settings=TINY), tmp_path / "run")
+    dgd(digits_ensemble, build_dgd_config(1.0, baseline=str(baseline), settings=TINY, preset="paper"),
+        tmp_path / "run")
     [entry] = ReleaseLedger(baseline).read().entries
     assert (entry.method, entry.status, entry.release.event) == ("dgd", "spent", dp_accounting.NonPrivateDpEvent())
     with pytest.raises(BudgetExceededError, match="spent epsilon=inf"):
@@ -198,7 +206,7 @@ def test_the_control_asks_about_every_image_without_noise_and_says_it_is_not_pri
                                                                                      digits_teacher: Path,
                                                                                      tmp_path: Path):
     config = build_dgd_config(None, baseline=str(digits_teacher),
-                              settings={**TINY, "vote_noise": "none", "answer_targets": "shares"})
+                              settings={**TINY, "vote_noise": "none", "answer_targets": "shares"}, preset="paper")
     assert (config.labelling.queries, config.labelling.sigma) == (TINY["synthetic_size"], None)
     report = dgd(digits_ensemble, config, tmp_path)
     privacy = report["privacy"]
