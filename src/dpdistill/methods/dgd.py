@@ -358,5 +358,7 @@ COMMAND = CommandSpec(
     progress_of=lambda values, config: (None if config is None else config.labelling.progress_total(),
                                         "dgd student steps"),
     positional=("teacher", "out"), settable=(PateConfig, DgdConfig), prefixed=((GENERATOR_PREFIX, DataFreeConfig),),
-    audits=(AuditRoute("dgd", "faithful DGD: the generator learns against a teacher on all the data (NO formal "
-                              "guarantee)", {"teacher": "ensemble", "baseline": "teacher", "dataset": "data"}),))
+    audits=(AuditRoute("dgd", "faithful DGD, the seed's recipe unless --preset: the generator learns against a "
+                              "teacher on all the data (NO formal guarantee)",
+                       {"teacher": "ensemble", "baseline": "teacher", "dataset": "data"},
+                       defaults={"preset": "paper"}),))
