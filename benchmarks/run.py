@@ -257,36 +257,34 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
                  "--weight-decay", "0.01"), command="train-teacher", quick_args=("--min-steps", "10"))]
     runs += [Run(f"dgd-paper-eps{epsilon}-{dataset}", "DGD at the paper's settings, generator trained against the "
                  "non-private baseline (NO formal guarantee)", dataset, (*PAPER_PRESET, "--epsilon", epsilon),
-                 headline_seeds,
-                 PAPER_DGD.get((dataset, epsilon)), command="dgd", quick_args=DGD_QUICK, teacher=teachers,
-                 baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
+                 headline_seeds, PAPER_DGD.get((dataset, epsilon)), command="dgd", quick_args=DGD_QUICK,
+                 teacher=teachers, baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
     if dataset != "fmnist":  # the DP-MERF sources and the 1,000 heads are Fashion-MNIST's
         return runs
     # the control: the same pipeline without noise, exact votes on every synthetic image (NOT private); and with the
     # departures measured best, the baseline's BatchNorm statistics matched and a student of the teachers' structure
     control = ("--set", "vote_noise=none", "--set", f"synthetic_size={DGD_CONTROL_IMAGES}")
     runs += [Run(f"dgd-control{name}-{dataset}", f"DGD, the control: exact votes on all {DGD_CONTROL_IMAGES:,} "
-                 f"synthetic images{group} (NOT private)", dataset, (*preset, *control, *extra), seeds, command="dgd",
+                 f"synthetic images{group} (NOT private)", dataset, (*control, *extra), seeds, command="dgd",
                  quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
-             for name, group, preset, extra, seeds in (
-                 ("", "", PAPER_PRESET, (), headline_seeds),
+             for name, group, extra, seeds in (
+                 ("", "", PAPER_PRESET, headline_seeds),
                  ("-batchnorm-scatter-linear", ", generator matching the baseline's BatchNorm statistics, "
                   "supervised scatter-linear student (the teachers' structure) learning the vote shares",
-                  PAPER_PRESET, ("--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear", "--set",
-                   "student_training=supervised", "--set", "answer_targets=shares"), 1),
+                  (*PAPER_PRESET, "--set", "generator_batchnorm_weight=1", "--set", "student_arch=scatter-linear",
+                   "--set", "student_training=supervised", "--set", "answer_targets=shares"), 1),
                  ("-fixed", ", `--preset fixed` (the same, the student on the images as answered, unshifted) "
-                  "learning the vote shares", (), ("--preset", "fixed", "--set", "answer_targets=shares"),
+                  "learning the vote shares", ("--preset", "fixed", "--set", "answer_targets=shares"),
                   headline_seeds))]
     # the seed's answers and noise with the departures its control measured (`--preset fixed`)
     runs += [Run(f"dgd-fixed-eps{epsilon}-{dataset}", "DGD, `--preset fixed`: generator matching the baseline's "
                  "BatchNorm statistics, supervised scatter-linear student, unshifted (NO formal guarantee)", dataset,
                  ("--preset", "fixed", "--epsilon", epsilon), headline_seeds, PAPER_DGD.get((dataset, epsilon)),
-                 command="dgd",
-                 quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}") for epsilon in ("1", "10")]
+                 command="dgd", quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
+             for epsilon in ("1", "10")]
     # what limits it: a generator trained ten times longer, a supervised student (no VAE), nearly noiseless votes
     runs += [Run(f"dgd-{name}-{dataset}", f"DGD, {group} (NO formal guarantee)", dataset, (*PAPER_PRESET, *extra), 1,
-                 command="dgd",
-                 quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
+                 command="dgd", quick_args=DGD_QUICK, teacher=teachers, baseline=f"teacher-{dataset}")
              for name, group, extra in (
                  ("generator-2000-steps-eps10", "generator trained 2,000 steps", (
                      "--epsilon", "10", "--set", "generator_steps=2000")),
@@ -299,8 +297,7 @@ def dgd_rows(dataset: str, headline_seeds: int) -> list[Run]:
                        f"DGD covered: M = {SCATTER_HEADS} heads asked about the 1,000 DP-MERF images of epsilon "
                        f"{share} (GNMax), tangent-normal cnn student", dataset,
                        (*PAPER_PRESET, "--epsilon", total, "--set", "queries=1000"), 1, command="dgd",
-                       quick_args=DGD_QUICK,
-                       teacher=heads, sample_source=f"dpmerf-eps{share}-{dataset}")
+                       quick_args=DGD_QUICK, teacher=heads, sample_source=f"dpmerf-eps{share}-{dataset}")
                    for total, share in COVERED_SPLITS]
 
 
