@@ -117,7 +117,7 @@ def test_each_party_runs_its_own_command_with_tls_a_lost_owner_leaves_enough_noi
         os.killpg(pid, signal.SIGKILL)
     until_journaled(1)
     answered = [journal.read(index) for index in range(2)]
-    for party in [server, owners[0], owners[2]]:  # the server still waits for Flower's status (polled every 5 s)
+    for party in [server, owners[0], owners[2]]:  # its ServerApp still waits on the rounds
         os.killpg(party.pid, signal.SIGTERM)
     for party in [server, *owners]:
         party.wait(timeout=60)

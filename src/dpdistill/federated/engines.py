@@ -26,12 +26,13 @@ from typing import Callable, Iterator
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import Certificates, host_and_port
 from dpdistill.federated.client_app import OWNER_DIR, make_client_app
-from dpdistill.federated.server_app import PLAN, make_server_app
+from dpdistill.federated.server_app import PLAN, FederationPlan, RoundJournal, make_server_app
 
 APP_NAME = "dpdistill-federation"
 FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DEDUP_LOGS": "0",
               "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-STATUS_POLL_SECONDS = 5.0  # each poll starts a `flwr ls` process: over a second of CPU, which the owners need
+STATUS_POLL_SECONDS = 15.0  # each poll starts a `flwr ls` process: over a second of CPU, which the owners need
+ENDED_POLL_SECONDS = 0.2  # the ServerApp's "returned" file, read in between
 STOP_GRACE_SECONDS = 10.0
 START_SECONDS = 120.0  # how long the SuperLink may take to listen
 CONNECTION = "federation"  # the `flwr` connection dpdistill writes into its FLWR_HOME
@@ -291,11 +292,13 @@ def serve(plan_path: Path, work_dir: Path, address: str, certificates: Certifica
 def submit(plan_path: Path, work_dir: Path, env: dict[str, str], connection: str) -> tuple[int, str]:
     """`flwr run` the federation's app with its plan on `connection`; its id and final status."""
     app = write_app(work_dir / "app")
+    journal = RoundJournal(Path(FederationPlan.load(plan_path).journal_dir))
+    journal.clear_end()
     submitted = subprocess.run([_executable("flwr"), "run", str(app), connection, "--format", "json",
                                 "--run-config", f'{PLAN}="{plan_path.resolve()}"'],
                                capture_output=True, text=True, env=env, timeout=600)
     run_id = _run_id(submitted)
-    return run_id, _wait_for_run(run_id, env, connection)
+    return run_id, _wait_for_run(run_id, env, connection, journal)
 
 
 def _run_id(submitted: subprocess.CompletedProcess) -> int:
@@ -306,14 +309,19 @@ def _run_id(submitted: subprocess.CompletedProcess) -> int:
                            f"{submitted.stderr[-500:]}") from error
 
 
-def _wait_for_run(run_id: int, env: dict[str, str], connection: str) -> str:
+def _wait_for_run(run_id: int, env: dict[str, str], connection: str, journal: RoundJournal) -> str:
+    """The run's final status, asked of Flower once the ServerApp has returned (its journal says so), and every
+    STATUS_POLL_SECONDS in case it died before it could say."""
+    asked = time.monotonic()
     while True:
-        listed = subprocess.run([_executable("flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"],
-                                capture_output=True, text=True, env=env, timeout=120)
-        try:
-            status = json.loads(listed.stdout)["runs"][0]["status"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            status = "unknown"
-        if status.startswith("finished"):
-            return status
-        time.sleep(STATUS_POLL_SECONDS)
+        if journal.ended() or time.monotonic() - asked >= STATUS_POLL_SECONDS:
+            listed = subprocess.run([_executable("flwr"), "ls", connection, "--run-id", str(run_id), "--format",
+                                     "json"], capture_output=True, text=True, env=env, timeout=120)
+            asked = time.monotonic()
+            try:
+                status = json.loads(listed.stdout)["runs"][0]["status"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                status = "unknown"
+            if status.startswith("finished"):
+                return status
+        time.sleep(ENDED_POLL_SECONDS)

@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from dpdistill.federated.protocol import Encoding, Wire
 
 PLAN = "plan"  # run config key: the federation plan's path (deployment)
 FAILURE_FILE = "failure.json"
+ENDED_FILE = "ended"  # the ServerApp returned (its status then comes from Flower)
 OWNER_WAIT_SECONDS = 300.0
 
 
@@ -118,6 +119,63 @@ class RoundJournal:
 
     def clear_failure(self) -> None:
         (self.directory / FAILURE_FILE).unlink(missing_ok=True)
+
+    def end(self) -> None:
+        """The ServerApp is returning: a deployment waiting on the run reads this file every fraction of a second
+        and asks Flower for the run's status only then (each `flwr ls` is a process and over a second of CPU)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / ENDED_FILE).touch()
+
+    def ended(self) -> bool:
+        return (self.directory / ENDED_FILE).exists()
+
+    def clear_end(self) -> None:
+        (self.directory / ENDED_FILE).unlink(missing_ok=True)
+
+
+class PromptGrid(Grid):
+    """A deployed ServerApp's grid that collects the owners' replies every tenth of a second, as Flower's simulation
+    grid does: Flower's deployed grid checks every 3 s, so each of a round's five stages (the roll call and SecAgg+'s
+    four) waited up to 3 s after its last reply."""
+
+    PULL_SECONDS = 0.1
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def set_run(self, run: Any) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def get_nodes(self) -> Iterable[Any]:
+        return self.grid.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        waiting = set(self.push_messages(messages))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while waiting and (deadline is None or time.monotonic() < deadline):
+            pulled = list(self.pull_messages(waiting))
+            replies += pulled
+            waiting -= {reply.metadata.reply_to_message_id for reply in pulled}
+            if waiting:
+                time.sleep(self.PULL_SECONDS)
+        return replies
 
 
 class _OneRound(Strategy):
@@ -290,7 +348,7 @@ def make_server_app(plan_path: Path | None = None) -> ServerApp:
         journal = RoundJournal(Path(plan.journal_dir))
         journal.clear_failure()
         try:
-            rounds = Rounds(grid, context, plan, journal)
+            rounds = Rounds(PromptGrid(grid), context, plan, journal)
             if plan.method == "dpsd":
                 from dpdistill.federated.transcription import run_transcription
 
@@ -299,6 +357,8 @@ def make_server_app(plan_path: Path | None = None) -> ServerApp:
                 run_rounds(rounds)
         except FederationStopped as stop:
             journal.fail(stop.index, stop.reason)
+        finally:
+            journal.end()
 
     return app
 
