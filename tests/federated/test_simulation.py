@@ -27,7 +27,7 @@ from helpers import built_once
 
 pytestmark = [pytest.mark.slow, pytest.mark.flower]
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
-                teacher_min_steps=100, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
+                teacher_min_steps=40, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +78,7 @@ def test_the_command_runs_a_federation_whose_sums_are_the_owners_votes_plus_the_
     residual = votes - exact_votes([owner_directory(owners, i) for i in range(5)], report, tmp_path / "run").sum(0)
     sigma = report["privacy"]["share_sigma"] * 5**0.5
     assert abs(residual.mean().item()) < 0.1 * sigma and residual.std().item() == pytest.approx(sigma, rel=0.1)
-    assert report["accuracy"]["student"] > 0.5  # measured 0.70 (its answers 0.80)
+    assert report["accuracy"]["student"] > 0.5  # measured 0.60-0.65 over 4 runs (its answers 0.71-0.77)
     ledger = json.loads((owners / "ledger.json").read_text())
     assert ledger["entries"][-1]["status"] == "spent" and ledger["entries"][-1]["discrete"] is True
 
