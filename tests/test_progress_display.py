@@ -39,6 +39,14 @@ def test_redirected_lines_between_milestones_wait_for_the_interval(capsys):
     assert [line.split(" ")[1] for line in lines[1:-1]] == ["50/100"]  # the milestone only: no line per step
 
 
+def test_a_step_that_gives_the_position_is_not_shown_again_beside_it(capsys):
+    _feed(ProgressDisplay("datalens generator steps", 146, terminal=False, interval=0.0),
+          [{"step": 9, "teacher_step": 1}, {"done": 40, "step": 8, "loss": 0.5}])  # PATE: a round's step within
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1].startswith("datalens generator steps 9/146 ") and lines[1].endswith("s, teacher_step=1")
+    assert lines[2].startswith("datalens generator steps 40/146 ") and lines[2].endswith(", step=8, loss=0.5")
+
+
 def test_a_named_phase_counts_its_own_work_and_the_run_resumes_its_count_after_it(capsys):
     _feed(ProgressDisplay("dpsgd on fmnist", 40, terminal=False, interval=0.0),
           [{"epoch": 1}, {"phase": "features", "done": 256, "total": 512}, {"phase": "features", "done": 512,
@@ -162,4 +170,4 @@ def test_on_a_terminal_a_step_without_figures_keeps_the_last_ones_shown():
     with display:
         display({"step": 1, "loss": 0.5})
         display({"step": 2})
-        assert display.bar.tasks[0].fields["status"] == "step=2  loss=0.5" and display.bar.tasks[0].completed == 2
+        assert display.bar.tasks[0].fields["status"] == "loss=0.5" and display.bar.tasks[0].completed == 2  # 2/3

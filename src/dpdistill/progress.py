@@ -102,14 +102,14 @@ class ProgressDisplay:
         if record.get("phase") != self.phase:
             self._switch(record.get("phase"))
         self.total = record.get("total", self.total)
-        position = next((record[key] for key in POSITION_KEYS if key in record), None)
+        counted = next((key for key in POSITION_KEYS if key in record), None)
         now = time.monotonic()
-        if position is not None:
-            self.position = position
+        if counted is not None:
+            self.position = position = record[counted]
             if self.first is None or position < self.first[1]:  # a count that starts again: a new phase
                 self.first = (now, position)
         shown = {key: f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
-                 for key, value in record.items() if key in SHOWN_KEYS}
+                 for key, value in record.items() if key in SHOWN_KEYS and key != counted}  # not the position twice
         figures = list(shown.values())
         if self.terminal:  # the bar keeps each figure until a record gives it anew (loops send a loss now and then)
             self.status.update(shown)
