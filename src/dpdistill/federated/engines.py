@@ -29,8 +29,10 @@ from dpdistill.federated.client_app import OWNER_DIR, make_client_app
 from dpdistill.federated.server_app import PLAN, FederationPlan, RoundJournal, make_server_app
 
 APP_NAME = "dpdistill-federation"
+# RAY_worker_niceness: Ray starts its workers (the simulated owners' ClientApps) at nice 15, so that beside any
+# other work on the machine the owners' answers waited, the run with them (seven times as long beside two busy cores)
 FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_DEDUP_LOGS": "0",
-              "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+              "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_worker_niceness": "0"}
 STATUS_POLL_SECONDS = 15.0  # each poll starts a `flwr ls` process: over a second of CPU, which the owners need
 ENDED_POLL_SECONDS = 0.2  # the ServerApp's "returned" file, read in between
 STOP_GRACE_SECONDS = 10.0
