@@ -35,6 +35,7 @@ FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "
               "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_worker_niceness": "0"}
 STATUS_POLL_SECONDS = 15.0  # each poll starts a `flwr ls` process: over a second of CPU, which the owners need
 ENDED_POLL_SECONDS = 0.2  # the ServerApp's "returned" file, read in between
+ENDED_ASK_SECONDS = 1.0  # once it has returned, until Flower says the run finished
 STOP_GRACE_SECONDS = 10.0
 START_SECONDS = 120.0  # how long the SuperLink may take to listen
 CONNECTION = "federation"  # the `flwr` connection dpdistill writes into its FLWR_HOME
@@ -316,7 +317,8 @@ def _wait_for_run(run_id: int, env: dict[str, str], connection: str, journal: Ro
     STATUS_POLL_SECONDS in case it died before it could say."""
     asked = time.monotonic()
     while True:
-        if journal.ended() or time.monotonic() - asked >= STATUS_POLL_SECONDS:
+        since = time.monotonic() - asked
+        if since >= STATUS_POLL_SECONDS or (journal.ended() and since >= ENDED_ASK_SECONDS):
             listed = subprocess.run([_executable("flwr"), "ls", connection, "--run-id", str(run_id), "--format",
                                      "json"], capture_output=True, text=True, env=env, timeout=120)
             asked = time.monotonic()

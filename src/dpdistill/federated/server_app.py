@@ -134,9 +134,9 @@ class RoundJournal:
 
 
 class PromptGrid(Grid):
-    """A deployed ServerApp's grid that collects the owners' replies every tenth of a second, as Flower's simulation
-    grid does: Flower's deployed grid checks every 3 s, so each of a round's five stages (the roll call and SecAgg+'s
-    four) waited up to 3 s after its last reply."""
+    """The ServerApp's grid, collecting the owners' replies every tenth of a second as Flower's simulation grid does:
+    Flower's deployed grid checks every 3 s, so each of a round's five stages (the roll call and SecAgg+'s four)
+    waited up to 3 s after its last reply."""
 
     PULL_SECONDS = 0.1
 
