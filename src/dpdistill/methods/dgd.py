@@ -39,7 +39,6 @@ from safetensors.torch import load_file, save_file
 from dpdistill.atomic import write_atomically
 from dpdistill.data.sample_source import SampleSource
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.losses.generator import BatchNormStatistics
 from dpdistill.methods.base import Outcome, Source
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.pate import EXACT_VOTES, PATE, PateConfig, PateJob
@@ -55,7 +54,8 @@ from dpdistill.reporting.pate import dgd_markdown
 from dpdistill.reporting.report import save_image_grid
 from dpdistill.runs import release_state
 from dpdistill.settings import parse_assignments
-from dpdistill.training.data_free import DataFreeConfig, generate, train_data_free_generator
+from dpdistill.training.data_free import (DataFreeConfig, check_batchnorm_term, generate,
+                                         train_data_free_generator)
 
 PAPER_QUERIES = {1.0: 27, 10.0: 1300}  # the seed's answers at epsilon 1 and 10 (Tables II, III)
 PAPER_LAPLACE_SCALE = 40  # 2 / eps0
@@ -220,10 +220,9 @@ class DgdJob(PateJob):
         self.baseline: Classifier | None = None
         if config.faithful:
             self.baseline = self._read_baseline(Path(config.baseline))
-            if config.generator.batchnorm_weight > 0 and not BatchNormStatistics(self.baseline).layers:
-                raise ConfigError(f"--baseline {config.baseline} has no BatchNorm layers, whose statistics the "
-                                  f"generator matches at --preset {DEFAULT_PRESET}: give --preset paper or --set "
-                                  f"generator_batchnorm_weight=0")
+            check_batchnorm_term(self.baseline, config.generator, f"--baseline {config.baseline}",
+                                 f"give --preset paper or --set generator_batchnorm_weight=0 (--preset "
+                                 f"{DEFAULT_PRESET} sets it to 1)")
             # as many images as private examples, counted by the data set's declared size: the exact count is private
             self.synthetic_size = config.synthetic_size or self.evaluation.declared_size
             if self.synthetic_size is None:

@@ -65,6 +65,15 @@ class DataFreeConfig:
         return [max(1, round(self.steps * fraction)) for fraction in (0.4, 0.8)]
 
 
+def check_batchnorm_term(classifier: Classifier, config: DataFreeConfig, name: str = "the generator's classifier",
+                         way_out: str = "set the generator's batchnorm-weight to 0") -> None:
+    """The BatchNorm term matches the classifier's BatchNorm statistics: refused where it has none (a caller
+    checks before it writes anything, naming the classifier and the way out in its own options)."""
+    if config.batchnorm_weight > 0 and not BatchNormStatistics(classifier).layers:
+        raise ConfigError(f"{name} has no BatchNorm layers, whose statistics the generator's batchnorm-weight term "
+                          f"matches: {way_out}")
+
+
 def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int, int], config: DataFreeConfig,
                               seed: int, device: str, progress: Progress | None = None
                               ) -> tuple[Generator, dict]:
@@ -73,10 +82,8 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
     if not (hasattr(classifier, "features") and hasattr(classifier, "classify")):
         raise ConfigError("the generator's classifier must expose its features (a dpdistill classifier): an imported "
                           "model without them cannot drive the activation term")
+    check_batchnorm_term(classifier, config)
     statistics = BatchNormStatistics(classifier, enabled=config.batchnorm_weight > 0)
-    if config.batchnorm_weight > 0 and not statistics.layers:
-        raise ConfigError("generator batchnorm-weight needs a classifier with BatchNorm layers: its statistics are "
-                          "what the term matches")
     torch.manual_seed(seed)
     generator = config.build(out_shape).to(device)
     classifier = classifier.to(device).eval().requires_grad_(False)
