@@ -78,7 +78,8 @@ def test_pate_keeps_the_canaries_in_its_members_partitions_under_its_guarantee(t
                                                                  "self_training_rounds=0")), tmp_path)
     assert len(load_teacher(tmp_path / "private" / "teachers")[0]) == 25  # trained on the canaried data, kept private
     assert report["privacy"]["formal_guarantee"] and report["privacy"]["epsilon"] == pytest.approx(5.0, abs=1e-3)
-    assert report["accuracy"]["student"] > 0.4  # a student that learnt (measured 0.60; chance 0.1)
+    # a student that learnt: 0.38 to 0.69 over 39 runs (mean 0.54) on its 160 test images; chance 0.1
+    assert report["accuracy"]["student"] > 0.25
     assert report["audit"]["epsilon_lower_bound"] <= 5.0 and not report["refuted"]  # measured 0
 
 
