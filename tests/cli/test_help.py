@@ -1,11 +1,9 @@
 """Every command's --help reads whole in an 80-column terminal: no line is longer, nothing is cut short with an
 ellipsis, and no word or option name is split across two lines."""
 
-import json
-import os
+import contextlib
+import io
 import re
-import subprocess
-import sys
 from typing import Any
 
 import click
@@ -30,29 +28,19 @@ def _commands(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str,
 
 COMMANDS = _commands(typer.main.get_command(app))
 
-# One process prints every command's help (starting one per command cost 4-6 s each in imports): its stdout is a
-# pipe, as a terminal of COLUMNS columns would be read by rich, which CliRunner would replace with its own width.
-RENDER_ALL = """
-import contextlib, io, json, sys
-import typer
-from dpdistill.cli.main import app
-command, helps = typer.main.get_command(app), {}
-for path in json.loads(sys.argv[1]):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit):
-        command.main([*path, "--help"], prog_name="dpdistill", standalone_mode=False)
-    helps[" ".join(path)] = printed.getvalue()
-print(json.dumps(helps))
-"""
-
-
 @pytest.fixture(scope="module")
 def helps() -> dict[str, str]:
-    paths = json.dumps([list(path) for path, _ in COMMANDS])
-    result = subprocess.run([sys.executable, "-c", RENDER_ALL, paths], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": str(WIDTH)})
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    """Every command's help as an 80-column terminal shows it: click's formatter reads COLUMNS for each help (here,
+    in this process: a process of its own cost 4-6 s of imports; CliRunner would impose its own width)."""
+    command, printed = typer.main.get_command(app), {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", str(WIDTH))
+        for path, _ in COMMANDS:
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+                command.main([*path, "--help"], prog_name="dpdistill", standalone_mode=False)
+            printed[" ".join(path)] = text.getvalue()
+    return printed
 
 
 @pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(path) or "dpdistill" for path, _ in COMMANDS])
