@@ -60,7 +60,7 @@ from torch.utils.data._utils.collate import default_collate
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import accuracy, confusion_counts, predict
+from dpdistill.evaluation.metrics import confusion_counts, predict
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import setting
 from dpdistill.progress import Progress
@@ -529,15 +529,15 @@ class PrivateTrainer:
         for layer in self.frozen:
             layer.eval()
 
-    def _accuracy(self) -> float:
-        """Test accuracy; of the trained layers on the frozen layers' outputs of the evaluation images, computed
-        once."""
-        return accuracy(self.trained, self.eval_inputs, self.y_eval, device=self.device)
+    def _predictions(self) -> Tensor:
+        """The evaluation images' predicted classes (by the trained layers, on the frozen layers' outputs of the
+        images, computed once)."""
+        return predict(self.trained, self.eval_inputs, device=self.device)
 
     def run(self, resume: bool = False) -> PrivateTrainingResult:
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
-        started = time.perf_counter()
+        started, predicted = time.perf_counter(), None
         while self.epoch < self.config.epochs:
             self._train_mode()
             loss_sum, seen = 0.0, 0
@@ -547,14 +547,17 @@ class PrivateTrainer:
                 seen += len(labels)
             self.epoch += 1
             self.train_loss.append(loss_sum / max(seen, 1))
-            self.history.append({"epoch": self.epoch, "steps": self.ledger.answered, "test_accuracy": self._accuracy()})
+            predicted = self._predictions()
+            self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
+                                 "test_accuracy": (predicted == self.y_eval).float().mean().item()})
             save_state(self.work_dir / "resume", self._state())
             if self.progress:
                 self.progress(self.history[-1])
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
-        confusion = confusion_counts(predict(self.trained, self.eval_inputs, device=self.device), self.y_eval,
-                                     self.dataset.num_classes)
+        if predicted is None:  # resumed after its last epoch
+            predicted = self._predictions()
+        confusion = confusion_counts(predicted, self.y_eval, self.dataset.num_classes)
         return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
                                      time.perf_counter() - started, self.fixes, self.private_figures(), confusion)
 
