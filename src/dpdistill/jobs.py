@@ -20,7 +20,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import dirichlet_partition_indices, new_partition_key, partition_indices
 from dpdistill.data.public import PUBLIC_POOL, PoolSource, public_split
 from dpdistill.errors import ConfigError
-from dpdistill.evaluation.metrics import accuracy
+from dpdistill.evaluation.metrics import accuracy, share_correct
 from dpdistill.methods.teachers import DATA_DIGEST, classifier_meta, evaluation_set
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
@@ -263,7 +263,7 @@ def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, devic
         mean.append(ensemble.combine(member_logits).argmax(1).cpu())
         vote.append(plurality_counts(member_logits, dataset.num_classes).argmax(1).cpu())
         member_correct += (member_logits.argmax(-1).cpu() == dataset.y_test[i:i + 1024]).sum(1)
-    mean_accuracy, vote_accuracy = ((torch.cat(predictions) == dataset.y_test).float().mean().item()
+    mean_accuracy, vote_accuracy = (share_correct(torch.cat(predictions), dataset.y_test)
                                     for predictions in (mean, vote))
     return mean_accuracy, vote_accuracy, member_correct / len(dataset.y_test)
 

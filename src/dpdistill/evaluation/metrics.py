@@ -34,4 +34,9 @@ def confusion_counts(predicted: Tensor, labels: Tensor, num_classes: int) -> Ten
 def accuracy(model: nn.Module, images: Tensor, labels: Tensor, batch_size: int = 1024,
              device: str | torch.device = "cpu") -> float:
     """Fraction of correct predictions, in [0, 1]."""
-    return (predict(model, images, batch_size, device) == labels).float().mean().item()
+    return share_correct(predict(model, images, batch_size, device), labels)
+
+
+def share_correct(predicted: Tensor, labels: Tensor) -> float:
+    """Fraction of `predicted` classes equal to `labels`, in [0, 1] (for predictions already made)."""
+    return (predicted == labels).float().mean().item()

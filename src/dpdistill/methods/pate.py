@@ -38,7 +38,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import PUBLIC_POOL, PublicSplit, pool_size, public_split
 from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import confusion_counts, predict, probabilities
+from dpdistill.evaluation.metrics import confusion_counts, predict, probabilities, share_correct
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
@@ -429,7 +429,7 @@ def answer_accuracy(answers: Answers, true_labels: Tensor | None) -> float | Non
     if true_labels is None or not answers.confident.any():
         return None
     kept = answers.indices[answers.confident]
-    return (answers.labels[answers.confident] == true_labels[kept]).float().mean().item()
+    return share_correct(answers.labels[answers.confident], true_labels[kept])
 
 
 class PATE(Method):

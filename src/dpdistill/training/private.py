@@ -60,7 +60,7 @@ from torch.utils.data._utils.collate import default_collate
 from dpdistill.data.base import ImageDataset
 from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
-from dpdistill.evaluation.metrics import confusion_counts, predict
+from dpdistill.evaluation.metrics import confusion_counts, predict, share_correct
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import setting
 from dpdistill.progress import Progress
@@ -549,7 +549,7 @@ class PrivateTrainer:
             self.train_loss.append(loss_sum / max(seen, 1))
             predicted = self._predictions()
             self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
-                                 "test_accuracy": (predicted == self.y_eval).float().mean().item()})
+                                 "test_accuracy": share_correct(predicted, self.y_eval)})
             save_state(self.work_dir / "resume", self._state())
             if self.progress:
                 self.progress(self.history[-1])
