@@ -1,4 +1,6 @@
-"""Shared fixtures: one small digits teacher per test session (trained once, about 10 seconds)."""
+"""Shared fixtures: the small digits teachers, ensemble, encoder and foreign model that many tests read, each
+built once per test run (helpers.built_once: by whichever pytest-xdist worker asks first; every worker gets its own
+copy)."""
 
 import os
 from pathlib import Path
@@ -8,7 +10,7 @@ import torch
 
 from dpdistill.jobs import train_teacher
 from dpdistill.training.teacher import TeacherConfig
-from helpers import TeacherReads, counting_teacher_reads
+from helpers import TeacherReads, built_once, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -59,10 +61,11 @@ def _ledgers_of_the_session(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def digits_teacher(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("teacher")
-    report = train_teacher("digits", directory, TeacherConfig(arch="cnn", epochs=6, batch_size=64))
-    assert report["accuracy"]["teacher"] > 0.9
-    return directory
+    def build(directory: Path) -> None:
+        report = train_teacher("digits", directory, TeacherConfig(arch="cnn", epochs=6, batch_size=64))
+        assert report["accuracy"]["teacher"] > 0.9
+
+    return built_once(tmp_path_factory, "teacher", build)
 
 
 @pytest.fixture(scope="session")
@@ -72,11 +75,12 @@ def digits_dp_teacher(tmp_path_factory) -> Path:
     from dpdistill.pipeline import train_private
     from dpdistill.training.private import PrivateTrainingConfig
 
-    directory = tmp_path_factory.mktemp("dp-teacher")
-    report = train_private(PrivateTrainingConfig(dataset="digits", epsilon=2.0, student_arch="scatter-linear",
-                                                 epochs=10), directory)
-    assert report["accuracy"]["student"] > 0.8
-    return directory
+    def build(directory: Path) -> None:
+        report = train_private(PrivateTrainingConfig(dataset="digits", epsilon=2.0, student_arch="scatter-linear",
+                                                     epochs=10), directory)
+        assert report["accuracy"]["student"] > 0.8
+
+    return built_once(tmp_path_factory, "dp-teacher", build)
 
 
 @pytest.fixture(scope="session")
@@ -84,9 +88,8 @@ def digits_ensemble(tmp_path_factory) -> Path:
     """Four cnn teachers on disjoint IID quarters of the digits training split (a few seconds)."""
     from dpdistill.jobs import train_teacher_ensemble
 
-    directory = tmp_path_factory.mktemp("ensemble")
-    train_teacher_ensemble("digits", directory, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=60), 4)
-    return directory
+    return built_once(tmp_path_factory, "ensemble", lambda directory: train_teacher_ensemble(
+        "digits", directory, TeacherConfig(arch="cnn", epochs=1, batch_size=64, min_steps=60), 4))
 
 
 @pytest.fixture(scope="session")
@@ -95,9 +98,8 @@ def digits_encoder(tmp_path_factory) -> Path:
     from dpdistill.jobs import pretrain
     from dpdistill.training.self_supervised import ContrastiveConfig
 
-    directory = tmp_path_factory.mktemp("encoder")
-    pretrain("digits", None, 200, ContrastiveConfig(steps=5, batch_size=32), directory)
-    return directory
+    return built_once(tmp_path_factory, "encoder", lambda directory: pretrain(
+        "digits", None, 200, ContrastiveConfig(steps=5, batch_size=32), directory))
 
 
 FOREIGN_FACTORY = '''
@@ -145,26 +147,29 @@ def foreign_teacher(tmp_path_factory) -> tuple[Path, Path]:
 
     from dpdistill.data import load_dataset
 
-    folder = tmp_path_factory.mktemp("elsewhere")
-    factory = folder / "my_resnet.py"
-    factory.write_text(FOREIGN_FACTORY)
-    spec = importlib.util.spec_from_file_location("foreign_resnet_for_training", factory)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    model = module.small_resnet(num_classes=10)
-    data = load_dataset("digits")
-    x01 = (data.x_train + 1) / 2
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for step in range(120):
-        batch = torch.randint(0, len(x01), (64,))
-        loss = torch.nn.functional.cross_entropy(model(x01[batch]), data.y_train[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    weights = folder / "weights.safetensors"
-    save_file({key: value.contiguous() for key, value in model.state_dict().items()}, weights)
-    return factory, weights
+    def build(folder: Path) -> None:
+        folder.mkdir()
+        factory = folder / "my_resnet.py"
+        factory.write_text(FOREIGN_FACTORY)
+        spec = importlib.util.spec_from_file_location("foreign_resnet_for_training", factory)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(0)
+        model = module.small_resnet(num_classes=10)
+        data = load_dataset("digits")
+        x01 = (data.x_train + 1) / 2
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for step in range(120):
+            batch = torch.randint(0, len(x01), (64,))
+            loss = torch.nn.functional.cross_entropy(model(x01[batch]), data.y_train[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        save_file({key: value.contiguous() for key, value in model.state_dict().items()},
+                  folder / "weights.safetensors")
+
+    folder = built_once(tmp_path_factory, "elsewhere", build)
+    return folder / "my_resnet.py", folder / "weights.safetensors"
 
 
 @pytest.fixture

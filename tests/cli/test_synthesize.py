@@ -33,14 +33,15 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def synthesized(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("datalens") / "run"
-    # a loose budget and little noise: the votes of ten teachers are nearly exact
-    result = invoke("synthesize", *TINY, "--epsilon", "1000000", "--sigma", "0.5", "--steps", "80", "--batch-size",
-                    "32", "--set", "threshold=0.3", "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
+@pytest.fixture(scope="session")  # not the module's: a worker handed tests one at a time leaves the module between
+def synthesized(tmp_path_factory) -> Path:  # two of them, and a module's fixture would be built again
+    def run(out: Path) -> None:
+        # a loose budget and little noise: the votes of ten teachers are nearly exact
+        result = invoke("synthesize", *TINY, "--epsilon", "1000000", "--sigma", "0.5", "--steps", "80",
+                        "--batch-size", "32", "--set", "threshold=0.3", "--out", out)
+        assert result.exit_code == 0, result.output
+
+    return built_once(tmp_path_factory, "datalens", run)
 
 
 def test_a_run_writes_generator_synthetic_set_and_classifier(synthesized: Path):
