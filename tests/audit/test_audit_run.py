@@ -45,7 +45,9 @@ def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     assert report["membership"]["auc"] > 0.55  # ordinary members against test images: measured 0.61
     assert not report["refuted"] and (tmp_path / "scores.png").exists() and (tmp_path / "route").is_dir()
     assert "not refuted" in (tmp_path / "report.md").read_text()
-    assert report["inversion"]["class_match"] >= 0.6  # reconstructions that look like the classes: measured 0.8
+    # reconstructions that look like their classes; over seeds 0-5 class_match 0.3-0.9 and correlation 0.23-0.40,
+    # an untrained cnn's 0-0.2 and -0.09-0.05
+    assert report["inversion"]["class_match"] >= 0.3 and report["inversion"]["correlation"] > 0.1
     assert (tmp_path / "inversion.png").exists()
     again = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, epochs=1), tmp_path, overwrite=True)
     assert again["config"]["epochs"] == 1  # every file an audit writes is its own: --overwrite replaces them

@@ -6,6 +6,8 @@ from torch import nn
 
 from dpdistill.errors import ConfigError
 from dpdistill.models import CLASSIFIERS, build_classifier, build_generator, count_parameters
+from dpdistill.models.base import use_channels_last
+from dpdistill.training.private import opacus_compatible
 
 SMALL_OPTIONS = {"resnet18": {"width": 8}, "resnet34": {"width": 8}}
 
@@ -29,6 +31,22 @@ def test_classifiers_train_backward_on_tiny_batches():
         model(torch.randn(4, 1, 8, 8)).sum().backward()
         first = next(p for p in model.parameters())
         assert first.grad is not None and first.grad.abs().sum() > 0, arch
+
+
+@pytest.mark.parametrize("arch", ["cnn", "datalens", "resnet18"])
+def test_convolutional_classifiers_run_channels_last_and_compute_what_the_standard_order_computes(arch):
+    torch.manual_seed(0)
+    model = build_classifier(arch, (3, 32, 32), 7, **SMALL_OPTIONS.get(arch, {})).eval()
+    convolutions = [layer.weight for layer in model.modules() if isinstance(layer, nn.Conv2d)]
+    assert all(weight.is_contiguous(memory_format=torch.channels_last) for weight in convolutions)
+    assert not convolutions[0].is_contiguous()
+    x = torch.randn(5, 3, 32, 32)
+    fast = model(x)
+    standard = use_channels_last(model, False)
+    assert all(weight.is_contiguous() for weight in convolutions)
+    assert torch.allclose(standard(x), fast, atol=1e-5)
+    private, _ = opacus_compatible(use_channels_last(model).train())  # Opacus' per-example gradients: the standard order
+    assert not private.channels_last and all(weight.is_contiguous() for weight in private.parameters())
 
 
 def test_registered_option_that_does_not_exist_is_a_config_error():

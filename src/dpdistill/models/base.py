@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 
@@ -14,6 +15,7 @@ class Classifier(nn.Module):
     backbone: nn.Module
     head: nn.Module
     fixed_backbone = False  # a backbone without parameters (a fixed transform): head-only training needs no encoder
+    channels_last = False  # whether features() passes its images in channels-last order (see use_channels_last)
 
     def fixed_split(self) -> tuple[nn.Module, nn.Module] | None:
         """(a leading fixed transform: no parameters, no state, nothing learnt from data; the layers after it), so
@@ -23,6 +25,8 @@ class Classifier(nn.Module):
 
     def features(self, x: Tensor) -> Tensor:
         """Flat (N, F) pre-classifier features."""
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.backbone(x)
 
     def classify(self, features: Tensor) -> Tensor:
@@ -31,6 +35,15 @@ class Classifier(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.classify(self.features(x))
+
+
+def use_channels_last(model: Classifier, enabled: bool = True) -> Classifier:
+    """`model` with its weights, and the maps it computes, in channels-last order (or back in the standard one).
+    On CPU (oneDNN) convolutions, batch norm and pooling train faster so: a step of the cnn on 28x28 images, batch
+    128, one thread, 276 -> 178 ms. Opacus' per-example gradients are slower so (an epoch of DP-SGD on
+    Fashion-MNIST 125 -> 219 s), which is why DP-SGD trains in the standard order."""
+    model.channels_last = enabled
+    return model.to(memory_format=torch.channels_last if enabled else torch.contiguous_format)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -13,6 +13,8 @@ class ConvNet(Classifier):
     """Teacher default: three 3x3 conv blocks with BatchNorm, each max-pooled while the map is at least 4 wide,
     flattened into a linear classifier (32-64-64 channels: 28 -> 14 -> 7 -> 3 pixels)."""
 
+    channels_last = True  # built so (build_classifier): see use_channels_last
+
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: tuple[int, ...] = (32, 64, 64)) -> None:
         super().__init__()
         layers, channels, size = conv_blocks(in_shape[0], min(in_shape[1:]), width, nn.BatchNorm2d)
@@ -36,6 +38,8 @@ def conv_blocks(channels: int, size: int, width: tuple[int, ...], norm: Callable
 
 class DataLensStudent(Classifier):
     """The student of DataLens and DPSD: Conv32-MaxPool-Dropout0.2-Conv64-Dropout0.25-Dense64-Dense(classes)."""
+
+    channels_last = True  # built so (build_classifier): see use_channels_last
 
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int) -> None:
         super().__init__()
@@ -69,6 +73,8 @@ class BasicBlock(nn.Module):
 
 class ResNet(Classifier):
     """CIFAR-style ResNet (3x3 stem, no initial pooling), the papers' teacher for larger inputs."""
+
+    channels_last = True  # built so (build_classifier): see use_channels_last
 
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, blocks: tuple[int, ...],
                  width: int = 64) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
@@ -40,4 +41,5 @@ class Generator(nn.Module):
             self.body.append(nn.BatchNorm2d(channels, affine=False))
 
     def forward(self, latents: Tensor) -> Tensor:
-        return self.body(self.project(latents).view(-1, *self.start))
+        maps = self.project(latents).view(-1, *self.start)
+        return self.body(maps.contiguous(memory_format=torch.channels_last))  # faster on CPU: see use_channels_last

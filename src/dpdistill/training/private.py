@@ -66,7 +66,7 @@ from dpdistill.options import setting
 from dpdistill.progress import Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.training.state import load_state, save_state
-from dpdistill.models.base import Classifier
+from dpdistill.models.base import Classifier, use_channels_last
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier, has_fixed_backbone
 from dpdistill.privacy.accounting import (
@@ -414,7 +414,9 @@ def ghost_clipping_applies(module: nn.Module) -> bool:
 
 def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
     """The model Opacus can train, and which layers had to change: per-example gradients need layers that treat
-    examples independently, so ModuleValidator.fix swaps BatchNorm for GroupNorm (the saved student records it)."""
+    examples independently, so ModuleValidator.fix swaps BatchNorm for GroupNorm (the saved student records it).
+    Its maps are in the standard order, where Opacus computes per-example gradients fastest."""
+    model = use_channels_last(model, False)
     if not ModuleValidator.validate(model, strict=False):
         return model, []
     fixed = ModuleValidator.fix(model)
