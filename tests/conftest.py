@@ -16,8 +16,8 @@ from helpers import TeacherReads, built_once, counting_teacher_reads
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
     pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last. The runs on
-    Flower (marked flower) are spread evenly among the other slow ones, so that a worker computes while the other
-    waits on Flower's processes: two of them side by side took twice as long each."""
+    Flower (marked flower) are spread evenly among the other slow ones, so that two of them never run side by side:
+    each starts processes that keep a core busy (Flower's, Ray's), and two side by side took twice as long each."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     flower = [item for item in slow if item.get_closest_marker("flower")]
     spread = [item for item in slow if not item.get_closest_marker("flower")]
