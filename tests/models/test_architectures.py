@@ -45,8 +45,19 @@ def test_convolutional_classifiers_run_channels_last_and_compute_what_the_standa
     standard = use_channels_last(model, False)
     assert all(weight.is_contiguous() for weight in convolutions)
     assert torch.allclose(standard(x), fast, atol=1e-5)
-    private, _ = opacus_compatible(use_channels_last(model).train())  # Opacus' per-example gradients: the standard order
+    private, _ = opacus_compatible(use_channels_last(model).train())  # Opacus' per-example gradients
     assert not private.channels_last and all(weight.is_contiguous() for weight in private.parameters())
+
+
+def test_the_generator_runs_channels_last_and_computes_what_the_standard_order_computes():
+    torch.manual_seed(0)
+    generator = build_generator(16, (1, 28, 28), (16, 8, 4)).eval()
+    convolutions = [layer.weight for layer in generator.modules() if isinstance(layer, nn.Conv2d)]
+    assert all(weight.is_contiguous(memory_format=torch.channels_last) for weight in convolutions)
+    latents = torch.randn(5, 16)
+    fast = generator(latents)
+    assert torch.allclose(use_channels_last(generator, False)(latents), fast, atol=1e-5)
+    assert all(weight.is_contiguous() for weight in convolutions)
 
 
 def test_registered_option_that_does_not_exist_is_a_config_error():

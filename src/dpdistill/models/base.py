@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import Tensor, nn
 
@@ -15,7 +17,7 @@ class Classifier(nn.Module):
     backbone: nn.Module
     head: nn.Module
     fixed_backbone = False  # a backbone without parameters (a fixed transform): head-only training needs no encoder
-    channels_last = False  # whether features() passes its images in channels-last order (see use_channels_last)
+    channels_last = False  # whether features() passes its images in channels-last order: see use_channels_last
 
     def fixed_split(self) -> tuple[nn.Module, nn.Module] | None:
         """(a leading fixed transform: no parameters, no state, nothing learnt from data; the layers after it), so
@@ -37,8 +39,12 @@ class Classifier(nn.Module):
         return self.classify(self.features(x))
 
 
-def use_channels_last(model: Classifier, enabled: bool = True) -> Classifier:
-    """`model` with its weights, and the maps it computes, in channels-last order (or back in the standard one).
+Network = TypeVar("Network", bound=nn.Module)
+
+
+def use_channels_last(model: Network, enabled: bool = True) -> Network:
+    """`model` with its weights, and the maps it computes, in channels-last order (or back in the standard one);
+    the convolutional networks (cnn, datalens, the ResNets, the generator) are built so.
     On CPU (oneDNN) convolutions, batch norm and pooling train faster so: a step of the cnn on 28x28 images, batch
     128, one thread, 276 -> 178 ms. Opacus' per-example gradients are slower so (an epoch of DP-SGD on
     Fashion-MNIST 125 -> 219 s), which is why DP-SGD trains in the standard order."""

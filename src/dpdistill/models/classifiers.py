@@ -6,20 +6,19 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from dpdistill.models.base import Classifier
+from dpdistill.models.base import Classifier, use_channels_last
 
 
 class ConvNet(Classifier):
     """Teacher default: three 3x3 conv blocks with BatchNorm, each max-pooled while the map is at least 4 wide,
     flattened into a linear classifier (32-64-64 channels: 28 -> 14 -> 7 -> 3 pixels)."""
 
-    channels_last = True  # built so (build_classifier): see use_channels_last
-
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, width: tuple[int, ...] = (32, 64, 64)) -> None:
         super().__init__()
         layers, channels, size = conv_blocks(in_shape[0], min(in_shape[1:]), width, nn.BatchNorm2d)
         self.backbone = nn.Sequential(*layers, nn.Flatten())
         self.head = nn.Linear(channels * size * size, num_classes)
+        use_channels_last(self)
 
 
 def conv_blocks(channels: int, size: int, width: tuple[int, ...], norm: Callable[[int], nn.Module]
@@ -39,8 +38,6 @@ def conv_blocks(channels: int, size: int, width: tuple[int, ...], norm: Callable
 class DataLensStudent(Classifier):
     """The student of DataLens and DPSD: Conv32-MaxPool-Dropout0.2-Conv64-Dropout0.25-Dense64-Dense(classes)."""
 
-    channels_last = True  # built so (build_classifier): see use_channels_last
-
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int) -> None:
         super().__init__()
         channels, height, width = in_shape
@@ -50,6 +47,7 @@ class DataLensStudent(Classifier):
             nn.Linear(64 * (height // 2) * (width // 2), 64), nn.ReLU(),
         )
         self.head = nn.Linear(64, num_classes)
+        use_channels_last(self)
 
 
 class BasicBlock(nn.Module):
@@ -74,8 +72,6 @@ class BasicBlock(nn.Module):
 class ResNet(Classifier):
     """CIFAR-style ResNet (3x3 stem, no initial pooling), the papers' teacher for larger inputs."""
 
-    channels_last = True  # built so (build_classifier): see use_channels_last
-
     def __init__(self, in_shape: tuple[int, int, int], num_classes: int, blocks: tuple[int, ...],
                  width: int = 64) -> None:
         super().__init__()
@@ -88,6 +84,7 @@ class ResNet(Classifier):
                 channels = out_channels
         self.backbone = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.head = nn.Linear(channels, num_classes)
+        use_channels_last(self)
 
 
 def resnet18(in_shape: tuple[int, int, int], num_classes: int, width: int = 64) -> ResNet:

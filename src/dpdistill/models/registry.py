@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
-from dpdistill.models.base import Classifier, use_channels_last
+from dpdistill.models.base import Classifier
 from dpdistill.models.classifiers import ConvNet, DataLensStudent, resnet18, resnet34
 from dpdistill.models.generator import Generator
 from dpdistill.models.scattering import ScatterCNN, ScatterLinear
@@ -207,10 +207,9 @@ def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int
         raise ConfigError(f"unknown architecture {arch!r}: choose one of {', '.join(CLASSIFIERS)} "
                           f"or give your own as module.path:callable")
     try:
-        model = CLASSIFIERS[arch](shape, num_classes, **options)
+        return CLASSIFIERS[arch](shape, num_classes, **options)
     except TypeError as error:
         raise ConfigError(f"architecture {arch!r} does not accept options {sorted(options)}: {error}") from error
-    return use_channels_last(model) if model.channels_last else model  # the convolutional ones
 
 
 def has_fixed_backbone(arch: str) -> bool:
@@ -221,5 +220,4 @@ def has_fixed_backbone(arch: str) -> bool:
 def build_generator(latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int],
                     final_norm: bool = False) -> Generator:
     """A fresh generator; shapes are coerced to int tuples because they often come from JSON lists."""
-    generator = Generator(int(latent_dim), tuple(int(v) for v in out_shape), tuple(int(v) for v in width), final_norm)
-    return generator.to(memory_format=torch.channels_last)
+    return Generator(int(latent_dim), tuple(int(v) for v in out_shape), tuple(int(v) for v in width), final_norm)
