@@ -43,10 +43,10 @@ import scipy.optimize
 import scipy.special
 import scipy.stats
 from dp_accounting import gaussian_mechanism
-from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from dpdistill.errors import BudgetExceededError, PrivacyParameterError
+from dpdistill.privacy.gaussian_pld import sampled_gaussian_pld
 
 ACCOUNTANT_NAME = ("dp-accounting, exact (analytic Gaussian; PLD for randomized response) or an upper bound "
                    "(pessimistic PLD for discrete-Gaussian votes)")
@@ -287,8 +287,9 @@ class SampledGaussianQuery:
 
     Neighbouring relation: add or remove one example by default (Opacus' and the DP-SGD literature's), or replace
     one (`relation="replace-one"`: the clipped sum moves by up to twice the clipping norm, which dp-accounting's PLD
-    accountant analyses exactly). `epsilon` is dp-accounting's PLD figure, pessimistic, so an upper bound;
-    `discretization` trades its tightness for speed.
+    analyses exactly). `epsilon` is dp-accounting's PLD figure, pessimistic, so an upper bound, built as its
+    `PLDAccountant` builds it with the grid's cut-offs computed at once (`gaussian_pld.py`); `discretization`
+    trades its tightness for speed.
     """
 
     noise_multiplier: float
@@ -304,10 +305,9 @@ class SampledGaussianQuery:
         return dp_accounting.PoissonSampledDpEvent(self.sample_rate, dp_accounting.GaussianDpEvent(self.noise_multiplier))
 
     def epsilon(self, count: int, delta: float) -> float:
-        accountant = pld_privacy_accountant.PLDAccountant(NEIGHBOURING_RELATIONS[self.relation],
-                                                          value_discretization_interval=self.discretization)
-        accountant.compose(dp_accounting.SelfComposedDpEvent(self.dp_event(), count))
-        return accountant.get_epsilon(delta)
+        step = sampled_gaussian_pld(self.noise_multiplier, self.sample_rate, self.discretization,
+                                    replace_one=self.relation == REPLACE_ONE)
+        return _pld_epsilon(step.self_compose(count), delta)
 
     def rdp_accountant(self) -> dp_accounting.rdp.RdpAccountant:
         if self.relation != ADD_REMOVE:  # dp-accounting's RDP accountant has no replace-one subsampled Gaussian
