@@ -109,3 +109,33 @@ def test_discrete_laplace_matches_its_exact_probabilities(scale):
     assert chi_square_pvalue(samples, support, pmf) > REJECT
     with pytest.raises(PrivacyParameterError):
         SecureNoise().discrete_laplace((3,), 2.5)
+
+
+def test_secure_small_integers_are_uniform_and_read_the_system_in_blocks(monkeypatch):
+    import os
+
+    reads = []
+    system = os.urandom
+    monkeypatch.setattr(os, "urandom", lambda size: reads.append(size) or system(size))
+    noise = SecureNoise()
+    draws = np.array([noise.randbelow(6) for _ in range(60_000)])
+    assert len(reads) <= 2  # 60,000 draws of one byte each (rejection: 3 bits of 8 kept, 3/4 accepted)
+    counts = np.bincount(draws, minlength=6)
+    assert len(counts) == 6 and scipy.stats.chisquare(counts).pvalue > REJECT
+    wide = [noise.randbelow(10**30) for _ in range(2_000)]  # several bytes a draw, never at or above the bound
+    assert max(wide) < 10**30 and len(set(wide)) == 2_000
+
+
+def test_a_forked_process_does_not_draw_its_parents_next_secure_integers():
+    import os
+
+    noise = SecureNoise()
+    noise.randbelow(2)  # the parent has read ahead
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        os.write(writer, json.dumps([noise.randbelow(2**32) for _ in range(8)]).encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    os.close(writer)
+    assert json.loads(os.read(reader, 4096)) != [noise.randbelow(2**32) for _ in range(8)]

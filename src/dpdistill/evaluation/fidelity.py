@@ -11,7 +11,6 @@ the real test split give the floor it can reach.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -36,13 +35,23 @@ class ScatteringCells(nn.Module):
 
 
 def frechet_distance(first: np.ndarray, second: np.ndarray) -> float:
-    """Fréchet distance between Gaussians fitted to the rows of `first` and of `second` (n, d), n >= 2 each."""
+    """Fréchet distance between Gaussians fitted to the rows of `first` and of `second` (n, d), n >= 2 each.
+
+    Its cross term, trace sqrt(C1 C2), is the sum of the square roots of the eigenvalues of R C2 R with R = C1^(1/2),
+    a symmetric positive semi-definite matrix: two symmetric eigendecompositions, where a general matrix square
+    root of C1 C2 took seconds at the 729 dimensions of the scattering cells."""
     mean_first, mean_second = first.mean(0), second.mean(0)
     cov_first, cov_second = np.cov(first, rowvar=False), np.cov(second, rowvar=False)
-    root = scipy.linalg.sqrtm(cov_first @ cov_second)
-    root = root.real  # rounding leaves an imaginary part of order 1e-10 on a product of covariances
-    distance = ((mean_first - mean_second) ** 2).sum() + np.trace(cov_first + cov_second - 2 * root)
+    root_first = _psd_sqrt(cov_first)
+    cross = np.sqrt(np.clip(np.linalg.eigvalsh(root_first @ cov_second @ root_first), 0, None)).sum()
+    distance = ((mean_first - mean_second) ** 2).sum() + np.trace(cov_first) + np.trace(cov_second) - 2 * cross
     return float(max(distance, 0.0))
+
+
+def _psd_sqrt(matrix: np.ndarray) -> np.ndarray:
+    """The symmetric square root of a covariance (eigenvalues below 0 by rounding count as 0)."""
+    values, vectors = np.linalg.eigh(matrix)
+    return (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
 
 
 def scattering_frechet(synthetic: Tensor, real: Tensor, device: str | torch.device = "cpu") -> dict[str, float | str]:

@@ -9,7 +9,9 @@ kymatio does, in the Fourier domain. Written here because kymatio 0.3.0 no longe
 
 from __future__ import annotations
 
+import functools
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -44,6 +46,17 @@ def _morlet(size: tuple[int, int], sigma: float, theta: float, xi: float, slant:
     return wave - wave.sum() / envelope.sum() * envelope
 
 
+@functools.lru_cache(maxsize=16)
+def _filter_spectra(padded: tuple[int, int], J: int, L: int) -> tuple[Tensor, Tensor]:
+    """The Morlet wavelets' and the low-pass filter's spectra on the padded grid. kymatio keeps the real part of each
+    filter's Fourier transform (the filters are near-symmetric). Built once per grid: their sums over periods take a
+    tenth of a second, and every scattering model, feature map and fidelity measure of that size builds the same."""
+    wavelets = [_morlet(padded, 0.8 * 2**j, (L // 2 - 1 - angle) * math.pi / L, 3 / 4 * math.pi / 2**j, 4 / L)
+                for j in range(J) for angle in range(L)]
+    lowpass = _gabor(padded, 0.8 * 2 ** (J - 1), 0.0, 0.0, 1.0)
+    return torch.fft.fft2(torch.stack(wavelets)).real.float(), torch.fft.fft2(lowpass).real.float()
+
+
 def padded_size(size: int, J: int) -> int:
     """kymatio's padded length: a multiple of 2^J at least 2^J beyond the image, so the border does not wrap."""
     return (size + 2**J) // 2**J * 2**J + 2**J
@@ -66,19 +79,14 @@ class Scattering2D(nn.Module):
                               f"reflect-padded by 2^J, got {height}x{width}: lower J")
         self.J, self.L, self.shape = J, L, (height, width)
         self.padding = (pads[1] // 2, pads[1] - pads[1] // 2, pads[0] // 2, pads[0] - pads[0] // 2)
-        padded = (height + pads[0], width + pads[1])
-        wavelets = [_morlet(padded, 0.8 * 2**j, (L // 2 - 1 - angle) * math.pi / L, 3 / 4 * math.pi / 2**j, 4 / L)
-                    for j in range(J) for angle in range(L)]
-        lowpass = _gabor(padded, 0.8 * 2 ** (J - 1), 0.0, 0.0, 1.0)
-        # kymatio keeps the real part of each filter's Fourier transform (the filters are near-symmetric); a signal
-        # subsampled by 2^r is filtered at its own resolution by the filter's spectrum folded onto the coarser grid
-        wavelets_hat = torch.fft.fft2(torch.stack(wavelets)).real.float()
-        lowpass_hat = torch.fft.fft2(lowpass).real.float()
+        wavelets_hat, lowpass_hat = _filter_spectra((height + pads[0], width + pads[1]), J, L)
+        # a signal subsampled by 2^r is filtered at its own resolution by the filter's spectrum folded onto the
+        # coarser grid
         for resolution in range(J):
-            self.register_buffer(f"wavelets_hat_{resolution}", _fold(wavelets_hat, 2**resolution, average=False),
-                                 persistent=False)
-            self.register_buffer(f"lowpass_hat_{resolution}", _fold(lowpass_hat, 2**resolution, average=False),
-                                 persistent=False)
+            self.register_buffer(f"wavelets_hat_{resolution}",
+                                 _fold(wavelets_hat, 2**resolution, average=False).clone(), persistent=False)
+            self.register_buffer(f"lowpass_hat_{resolution}",
+                                 _fold(lowpass_hat, 2**resolution, average=False).clone(), persistent=False)
         self.out_shape = (math.ceil(height / 2**J), math.ceil(width / 2**J))
         self.channels = 1 + J * L + L * L * J * (J - 1) // 2
 

@@ -6,7 +6,8 @@ privacy-relevant draw (Gaussian noise, randomized response, Poisson sampling, di
 from a `NoiseSource`:
 
 - `SecureNoise` (the default): bits from `os.urandom`, the operating system's cryptographically secure generator,
-  fresh for every draw. Nothing about it is stored, so nothing can be replayed, by a resumed run or by anyone else.
+  fresh for every draw (the exact samplers' small integers come from a pool of its bytes read ahead, each byte used
+  once). Nothing about it is stored, so nothing can be replayed, by a resumed run or by anyone else.
 - `ReproducibleNoise` (debugging only, behind an explicit flag): the same draws from a seed. A run that uses it
   reports "NO guarantee: the noise is reproducible".
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import random
-import secrets
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -36,6 +37,7 @@ from dpdistill.errors import PrivacyParameterError
 
 GAUSSIAN_TERMS = 4  # normals summed per Gaussian draw (their sum is halved: variance unchanged)
 SIGMA_RESOLUTION = 10**6  # discrete Gaussian: sigma is rounded up to a multiple of 1 / SIGMA_RESOLUTION
+POOL_BYTES = 1 << 16  # os.urandom bytes a secure source reads at a time for small integers
 SECURE_DESCRIPTION = ("secure: os.urandom (the operating system's cryptographic generator); Gaussian noise as the "
                       "halved sum of four Box-Muller normals, integer noise (vote counts, aggregation shares) from "
                       "exact discrete Gaussian or Laplace samplers")
@@ -167,13 +169,33 @@ class SecureNoise(NoiseSource):
     description = SECURE_DESCRIPTION
 
     def __init__(self) -> None:
-        self._system = secrets.SystemRandom()
+        self._forget_pool()
+        _SECURE_SOURCES.add(self)
+
+    def _forget_pool(self) -> None:
+        """Drop the bytes read ahead: a forked process must not draw what its parent draws next."""
+        self._pool, self._used = b"", 0  # secret bytes read ahead for the exact samplers, each used once
 
     def bits(self, count: int) -> np.ndarray:
         return np.frombuffer(os.urandom(8 * count), dtype=np.uint64).copy()
 
     def randbelow(self, bound: int) -> int:
-        return self._system.randrange(bound)
+        """Uniform in [0, bound) by rejection on bound.bit_length() random bits (as `secrets.randbelow`), the bytes
+        read from os.urandom POOL_BYTES at a time: the exact samplers take millions of small integers, and a system
+        call for each cost more than the sampling."""
+        width = bound.bit_length()
+        size = (width + 7) // 8
+        while True:
+            if self._used + size > len(self._pool):
+                self._pool, self._used = os.urandom(max(POOL_BYTES, size)), 0
+            value = int.from_bytes(self._pool[self._used:self._used + size], "big") >> (8 * size - width)
+            self._used += size
+            if value < bound:
+                return value
+
+
+_SECURE_SOURCES: weakref.WeakSet[SecureNoise] = weakref.WeakSet()
+os.register_at_fork(after_in_child=lambda: [source._forget_pool() for source in list(_SECURE_SOURCES)])
 
 
 class ReproducibleNoise(NoiseSource):
