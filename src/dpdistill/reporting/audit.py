@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dpdistill.reporting.report import number, percent, pyplot
+from dpdistill.reporting.report import number, percent, pyplot, set_margins
 
 
 def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, score: str) -> None:
@@ -23,7 +23,7 @@ def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, s
     axis.set_xlabel(f"canary score ({score})", fontsize=7)
     axis.set_ylabel("canaries")
     axis.legend()
-    figure.tight_layout()
+    set_margins(figure)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -69,6 +69,14 @@ def pyplot() -> ModuleType:
     return plt
 
 
+def set_margins(figure: Any) -> None:
+    """Fixed margins in inches (tick labels and an axis label left and below, a little room elsewhere) instead of
+    matplotlib's tight layout, which lays every text out once more to measure it: a third of a figure's cost."""
+    width, height = figure.get_size_inches()
+    figure.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.5 / height, top=1 - 0.15 / height,
+                           wspace=0.3)
+
+
 def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
     """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels: one mosaic on one axes (an axes per
     image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
@@ -103,7 +111,7 @@ def save_accuracy_curve(history: list[dict], x_key: str, path: Path) -> None:
     axis.set_xlabel(x_key)
     axis.set_ylabel("test accuracy (%)")
     axis.grid(alpha=0.3)
-    figure.tight_layout()
+    set_margins(figure)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -125,7 +133,7 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     right.set_ylabel("loss")
     right.legend()
     right.grid(alpha=0.3)
-    figure.tight_layout()
+    set_margins(figure)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -153,7 +161,7 @@ def save_confusion_matrix(counts: Tensor, path: Path) -> None:
     axis.set_xlabel("predicted class")
     axis.set_ylabel("true class")
     figure.colorbar(image, ax=axis, label="share of the true class")
-    figure.tight_layout()
+    set_margins(figure)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
