@@ -15,11 +15,11 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     harness = benchmark_harness()
     markdown = tmp_path / "BENCHMARKS.md"
     markdown.write_text("# Benchmarks\n\nwritten by hand\n")
-    argv = ["--quick", "--datasets", "digits", "--only", "upper-bound-digits,dpsd-label-eps1-*", "--out",
-            str(tmp_path / "bench"), "--markdown", str(markdown)]
+    argv = ["--quick", "--datasets", "digits", "--only", "dpsd-label-eps1-*", "--out", str(tmp_path / "bench"),
+            "--markdown", str(markdown)]  # the teacher it reads comes with it
     assert harness.main(argv) == 0
     rows = {row["run"]: row for row in json.loads((tmp_path / "bench" / "results.json").read_text())}
-    assert set(rows) == {"teacher-digits", "upper-bound-digits", "dpsd-label-eps1-digits"}
+    assert set(rows) == {"teacher-digits", "dpsd-label-eps1-digits"}
     assert rows["teacher-digits"]["accuracy_mean"] > 50  # 12 steps in the quick pass: 81% (seed 0), 70% (1 and 2)
     label = rows["dpsd-label-eps1-digits"]
     assert 0.99 < label["epsilon"] <= 1.0 and label["peak_rss_mb"] > 50 and label["wall_seconds"] > 0
@@ -31,15 +31,15 @@ def test_quick_pass_measures_renders_and_resumes(tmp_path: Path):
     assert fractions["annotate"] / fractions["student"] == pytest.approx(phases["annotate"] / phases["student"])
     text = markdown.read_text()  # the headline: rows chosen by name, the hand-written text kept around it
     assert text.startswith("# Benchmarks\n\nwritten by hand") and "### Routes, digits" in text
-    assert "| `upper-bound-digits` |" in text and "| `dpsd-label-eps1-digits` |" in text
-    assert "| upper bound (no privacy) |" not in text  # the group column lives in the full table only
+    assert "| `teacher-digits` |" in text and "| `dpsd-label-eps1-digits` |" in text
+    assert "| DPSD at a sound epsilon |" not in text  # the group column lives in the full table only
     assert "(bench/results.md#commands)" in text and "(bench/privacy_accuracy.png)" in text
     full = (tmp_path / "bench" / "results.md").read_text()  # every row, its phases and its command
-    assert "| upper bound (no privacy) | `upper-bound-digits` |" in full and "\n## Commands\n" in full
+    assert "| DPSD at a sound epsilon | `dpsd-label-eps1-digits` |" in full and "\n## Commands\n" in full
     assert "- `dpsd-label-eps1-digits`: `dpdistill transcribe " in full
     assert (tmp_path / "bench" / "privacy_accuracy.png").exists()
 
-    report = tmp_path / "bench" / "upper-bound-digits" / "seed0" / "report.json"
+    report = tmp_path / "bench" / "dpsd-label-eps1-digits" / "seed0" / "report.json"
     before = report.stat().st_mtime_ns
     assert harness.main(argv) == 0  # finished runs are reused, the table is rebuilt
     assert report.stat().st_mtime_ns == before
