@@ -126,6 +126,17 @@ def test_secure_small_integers_are_uniform_and_read_the_system_in_blocks(monkeyp
     assert max(wide) < 10**30 and len(set(wide)) == 2_000
 
 
+def test_a_copied_secure_source_does_not_draw_the_originals_next_integers():
+    import copy
+    import pickle
+
+    noise = SecureNoise()
+    noise.randbelow(2)  # it has read ahead
+    copies = [copy.deepcopy(noise), pickle.loads(pickle.dumps(noise))]
+    drawn = [[source.randbelow(2**32) for _ in range(8)] for source in copies]
+    assert [noise.randbelow(2**32) for _ in range(8)] not in drawn and drawn[0] != drawn[1]
+
+
 def test_a_forked_process_does_not_draw_its_parents_next_secure_integers():
     import os
 

@@ -176,6 +176,12 @@ class SecureNoise(NoiseSource):
         """Drop the bytes read ahead: a forked process must not draw what its parent draws next."""
         self._pool, self._used = b"", 0  # secret bytes read ahead for the exact samplers, each used once
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # a copy (pickled or deep-copied) reads its own bytes, never this source's next ones
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
+
     def bits(self, count: int) -> np.ndarray:
         return np.frombuffer(os.urandom(8 * count), dtype=np.uint64).copy()
 
