@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dpdistill.reporting.report import number, percent, pyplot, set_margins
+from dpdistill.reporting.report import number, percent, pyplot, save_plot
 
 
 def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, score: str) -> None:
@@ -23,9 +23,7 @@ def save_score_histogram(scores: np.ndarray, included: np.ndarray, path: Path, s
     axis.set_xlabel(f"canary score ({score})", fontsize=7)
     axis.set_ylabel("canaries")
     axis.legend()
-    set_margins(figure)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_plot(figure, path)
 
 
 def audit_claim(privacy: dict[str, Any]) -> str:

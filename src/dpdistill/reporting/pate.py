@@ -10,7 +10,7 @@ from typing import Any
 from torch import Tensor
 
 from dpdistill.reporting.report import (guarantee, number, paper_epsilon_row, percent, pyplot, sample_source_rows,
-                                       set_margins, student_rounds)
+                                       save_plot, student_rounds)
 
 
 PATE_ROWS = (("epsilon_rdp", "epsilon (RDP cross-check)"), ("delta", "delta"), ("budget_epsilon", "budget"),
@@ -70,9 +70,7 @@ def save_vote_leads(votes: Tensor, sigma: float, margin: float, path: Path) -> N
         axis.legend()
     axis.set_xlabel("noisy winner's lead over the runner-up (noise standard deviations)", fontsize=7)
     axis.set_ylabel("answers")
-    set_margins(figure)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_plot(figure, path)
 
 
 def _headline(privacy: dict[str, Any]) -> str:

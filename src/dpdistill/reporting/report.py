@@ -69,12 +69,15 @@ def pyplot() -> ModuleType:
     return plt
 
 
-def set_margins(figure: Any) -> None:
-    """Fixed margins in inches (tick labels and an axis label left and below, a little room elsewhere) instead of
-    matplotlib's tight layout, which lays every text out once more to measure it: a third of a figure's cost."""
+def save_plot(figure: Any, path: Path) -> None:
+    """Write a report's plot and close it. Its margins are fixed in inches (tick labels and an axis label left and
+    below, a little room elsewhere) instead of matplotlib's tight layout, which lays every text out once more to
+    measure it: a third of a figure's cost."""
     width, height = figure.get_size_inches()
     figure.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.5 / height, top=1 - 0.15 / height,
                            wspace=0.3)
+    figure.savefig(path, dpi=110)
+    pyplot().close(figure)
 
 
 def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
@@ -111,9 +114,7 @@ def save_accuracy_curve(history: list[dict], x_key: str, path: Path) -> None:
     axis.set_xlabel(x_key)
     axis.set_ylabel("test accuracy (%)")
     axis.grid(alpha=0.3)
-    set_margins(figure)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_plot(figure, path)
 
 
 def save_training_curve(history: list[dict], path: Path) -> None:
@@ -133,9 +134,7 @@ def save_training_curve(history: list[dict], path: Path) -> None:
     right.set_ylabel("loss")
     right.legend()
     right.grid(alpha=0.3)
-    set_margins(figure)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_plot(figure, path)
 
 
 CONFUSION_FIGURE = "confusion.png"  # the released student's confusion matrix on the evaluation images
@@ -161,9 +160,7 @@ def save_confusion_matrix(counts: Tensor, path: Path) -> None:
     axis.set_xlabel("predicted class")
     axis.set_ylabel("true class")
     figure.colorbar(image, ax=axis, label="share of the true class")
-    set_margins(figure)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_plot(figure, path)
 
 
 def confusion_section() -> str:
