@@ -27,9 +27,7 @@ class Classifier(nn.Module):
 
     def features(self, x: Tensor) -> Tensor:
         """Flat (N, F) pre-classifier features."""
-        if self.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return self.backbone(x)
+        return self.backbone(in_memory_order(x, self.channels_last))
 
     def classify(self, features: Tensor) -> Tensor:
         """Logits (N, classes) from features."""
@@ -50,6 +48,12 @@ def use_channels_last(model: Network, enabled: bool = True) -> Network:
     Fashion-MNIST 125 -> 219 s), which is why DP-SGD trains in the standard order."""
     model.channels_last = enabled
     return model.to(memory_format=torch.channels_last if enabled else torch.contiguous_format)
+
+
+def in_memory_order(maps: Tensor, channels_last: bool) -> Tensor:
+    """Image maps (N, C, H, W) in the order a network built by `use_channels_last` computes in; other tensors as
+    they are."""
+    return maps.contiguous(memory_format=torch.channels_last) if channels_last and maps.dim() == 4 else maps
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
-from dpdistill.models.base import use_channels_last
+from dpdistill.models.base import in_memory_order, use_channels_last
 
 
 class Generator(nn.Module):
@@ -45,5 +44,4 @@ class Generator(nn.Module):
         use_channels_last(self)
 
     def forward(self, latents: Tensor) -> Tensor:
-        maps = self.project(latents).view(-1, *self.start)
-        return self.body(maps.contiguous(memory_format=torch.channels_last) if self.channels_last else maps)
+        return self.body(in_memory_order(self.project(latents).view(-1, *self.start), self.channels_last))
