@@ -41,7 +41,10 @@ def test_the_pld_and_its_epsilon_are_dp_accountings(replace_one, sigma, q, steps
                                              neighboring_relation=relation)
     for mine, reference in ((ours._pmf_remove, theirs._pmf_remove), (ours._pmf_add, theirs._pmf_add)):
         assert (mine._lower_loss, mine._infinity_mass) == (reference._lower_loss, reference._infinity_mass)
-        np.testing.assert_allclose(mine._probs, reference._probs, rtol=1e-12, atol=1e-300)
+        # each probability is a difference of neighbouring divergences: the last bits of the cut-offs (numpy's
+        # vectorised exp and log against libm's scalar ones, which differ by CPU) show up absolutely, near
+        # 1e-13, and relatively up to 1e-8 in the small probabilities (measured on an AVX-512 machine)
+        np.testing.assert_allclose(mine._probs, reference._probs, rtol=1e-12, atol=1e-11)
     accountant = pld_privacy_accountant.PLDAccountant(relation, value_discretization_interval=1e-3)
     accountant.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
