@@ -109,3 +109,12 @@ def test_scatter_cnn_is_valid_for_opacus_per_example_gradients(in_shape):
     F.cross_entropy(private(images), labels).backward()
     for weight in model.parameters():
         assert weight.grad_sample.shape == (4, *weight.shape)
+
+
+def test_models_of_one_size_share_the_filters_values_not_their_buffers():
+    first, second = Scattering2D((28, 28)), Scattering2D((28, 28))
+    images = _object_images(4)
+    expected = second(images)
+    for buffer in first.buffers():  # a model moved, cast or changed in place leaves the others as they were
+        buffer.mul_(2.0)
+    assert torch.equal(second(images), expected) and torch.equal(Scattering2D((28, 28))(images), expected)

@@ -81,12 +81,11 @@ class Scattering2D(nn.Module):
         self.padding = (pads[1] // 2, pads[1] - pads[1] // 2, pads[0] // 2, pads[0] - pads[0] // 2)
         wavelets_hat, lowpass_hat = _filter_spectra((height + pads[0], width + pads[1]), J, L)
         # a signal subsampled by 2^r is filtered at its own resolution by the filter's spectrum folded onto the
-        # coarser grid
+        # coarser grid; at full resolution that is the cached spectrum itself, of which each model keeps its own copy
         for resolution in range(J):
-            self.register_buffer(f"wavelets_hat_{resolution}",
-                                 _fold(wavelets_hat, 2**resolution, average=False).clone(), persistent=False)
-            self.register_buffer(f"lowpass_hat_{resolution}",
-                                 _fold(lowpass_hat, 2**resolution, average=False).clone(), persistent=False)
+            for name, spectrum in (("wavelets_hat", wavelets_hat), ("lowpass_hat", lowpass_hat)):
+                folded = _fold(spectrum, 2**resolution, average=False)
+                self.register_buffer(f"{name}_{resolution}", folded if resolution else folded.clone(), persistent=False)
         self.out_shape = (math.ceil(height / 2**J), math.ceil(width / 2**J))
         self.channels = 1 + J * L + L * L * J * (J - 1) // 2
 
