@@ -143,3 +143,7 @@ def test_the_presets_hold_the_official_settings_and_the_cpu_budget():
     control = build_datalens_config("control", {"dataset": "fmnist"})
     assert control.sigma == 0 and control.epsilon == math.inf and control.teachers == 10
     assert plan_datalens(control).query is None
+    # the epsilon-10 paper preset without its noise: the same steps and vote settings
+    assert plan_datalens(control).steps == plan_datalens(ten).steps
+    assert (control.top_k, control.threshold, control.latent_dim, control.batch_size) == (
+        ten.top_k, ten.threshold, ten.latent_dim, ten.batch_size)

@@ -84,9 +84,10 @@ def preset_settings(preset: str | None, epsilon: float | None, dataset: str) -> 
 CPU = {"teachers": 2000, "batch_size": 5, "teacher_batch": 8, "teacher_warmup": 10, "discriminator_steps": 1,
        "discriminator_hidden": 32, "step_size": 1e-3, "steps": 150, "sigma": None, "top_k": 350, "threshold": 0.27,
        "latent_dim": 64}
-# the pipeline without noise: few teachers with large partitions, each vote counts, a threshold of a few votes
+# the epsilon-10 paper preset without noise: its 190 steps and vote settings, few teachers with large partitions (each
+# vote counts, a threshold of a few votes)
 CONTROL = {"teachers": 10, "batch_size": 15, "teacher_batch": 15, "teacher_warmup": 10, "discriminator_steps": 2,
-           "step_size": 1e-3, "steps": 146, "top_k": 350, "sigma": 0.0, "threshold": 0.27, "latent_dim": 64,
+           "step_size": 1e-3, "steps": 190, "top_k": 350, "sigma": 0.0, "threshold": 0.27, "latent_dim": 64,
            "epsilon": math.inf}
 
 
