@@ -26,7 +26,10 @@ from dpdistill.pipeline import train_private
 from dpdistill.runs import exclusive
 from dpdistill.privacy.accounting import (GaussianQuery, SampledGaussianQuery, SampledReleaseQuery, calibrate,
                                           composed_epsilon, dpsgd_epsilon)
-from dpdistill.training.private import PrivateTrainingConfig, calibrate_dpsgd, label_logits, plan_private_training
+from dpdistill.privacy.count import NoisyCount
+from dpdistill.privacy.ledger import event_to_json
+from dpdistill.training.private import (PoissonBatchSampler, PrivateTrainingConfig, calibrate_dpsgd, label_logits,
+                                       plan_private_training)
 
 from helpers import assert_confusion_matches_accuracy, gdp_delta
 
@@ -321,11 +324,53 @@ def test_dpsgd_plans_its_sampling_from_the_declared_size_never_the_exact_count(t
         report = train_private(config(_npz(tmp_path / f"data{train}.npz", train, declared_size=600)),
                                tmp_path / f"run{train}")
         privacy = report["privacy"]
-        assert privacy["declared_size"] == 600 and "declared training-set size 600" in privacy["sampling"]
+        assert privacy["declared_size"] == 600 and "training-set size 600" in privacy["sampling"]
+        assert "a public figure the data declare" in privacy["training_set_size"]
         released.append((privacy["sample_rate"], privacy["steps"], privacy["noise_multiplier"], privacy["epsilon"]))
     assert released[0] == released[1]
-    with pytest.raises(ConfigError, match="declares no training-set size"):
-        train_private(config(_npz(tmp_path / "undeclared.npz", 512)), tmp_path / "undeclared")
-    assert not (tmp_path / "undeclared").exists()
-    given = dataclasses.replace(config(tmp_path / "undeclared.npz"), dataset_size=700)
+    given = dataclasses.replace(config(_npz(tmp_path / "undeclared.npz", 512)), dataset_size=700)
     assert train_private(given, tmp_path / "given")["privacy"]["declared_size"] == 700
+
+
+@pytest.mark.slow
+def test_without_a_declared_size_dpsgd_plans_on_a_noisy_count_inside_its_budget(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_LEDGER_HOME", str(tmp_path / "ledgers"))
+    data = _npz(tmp_path / "undeclared.npz", 512)
+    config = PrivateTrainingConfig(dataset=str(data), epsilon=2.0, batch_size=64, epochs=2,
+                                   student_arch="scatter-linear", lr=1.0)
+    report = train_private(config, tmp_path / "run")
+    privacy, count = report["privacy"], NoisyCount.within(0.01 * 2.0)  # scale 50: rounded to tens
+    size = json.loads((tmp_path / "run" / "config.json").read_text())["counted_size"]
+    assert size == privacy["declared_size"] == report["config"]["counted_size"] and size % 10 == 0
+    assert 0 < abs(size - 512) < 400 or size == 510  # |noise| above 400 has probability e^-8
+    assert privacy["size_count_epsilon"] == count.epsilon == 0.02 and "a noisy count" in privacy["training_set_size"]
+    steps = composed_epsilon(SampledGaussianQuery(privacy["noise_multiplier"], privacy["sample_rate"]),
+                             privacy["steps"], 1e-5)
+    assert privacy["epsilon"] == pytest.approx(count.epsilon + steps) and 1.99 < privacy["epsilon"] <= 2.0
+    entry, = json.loads(next((tmp_path / "ledgers").glob("*/ledger.json")).read_text())["entries"]
+    assert entry["event"]["events"][0] == event_to_json(count.dp_event()) and entry["status"] == "spent"
+    assert entry["epsilon"] == pytest.approx(privacy["epsilon_replace_one"])  # the count's included
+    # a resumed run keeps its count: the configuration saved holds it
+    assert PrivateTrainingConfig.from_dict(report["config"]).counted_size == size
+
+
+def test_a_run_that_fails_before_its_first_step_is_charged_its_noisy_count_alone(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_LEDGER_HOME", str(tmp_path / "ledgers"))
+
+    def fail(self):
+        raise RuntimeError("the loader broke")
+        yield
+
+    monkeypatch.setattr(PoissonBatchSampler, "__iter__", fail)
+    config = PrivateTrainingConfig(dataset=str(_npz(tmp_path / "data.npz", 512)), epsilon=2.0, batch_size=64,
+                                   epochs=1, student_arch="scatter-linear", lr=1.0)
+    with pytest.raises(RuntimeError, match="the loader broke"):
+        train_private(config, tmp_path / "run")
+    entry, = json.loads(next((tmp_path / "ledgers").glob("*/ledger.json")).read_text())["entries"]
+    assert entry["status"] == "spent" and entry["epsilon"] == 0.02
+    assert entry["event"] == event_to_json(NoisyCount.within(0.02).dp_event())
+    declared = _npz(tmp_path / "declared.npz", 513, declared_size=512)  # nothing released: nothing kept
+    with pytest.raises(RuntimeError, match="the loader broke"):
+        train_private(dataclasses.replace(config, dataset=str(declared)), tmp_path / "declared-run")
+    ledgers = [json.loads(path.read_text())["entries"] for path in (tmp_path / "ledgers").glob("*/ledger.json")]
+    assert sorted(len(entries) for entries in ledgers) == [0, 1]

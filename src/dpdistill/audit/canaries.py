@@ -52,9 +52,9 @@ def write_audited_data(dataset: ImageDataset, canaries: Canaries, path: Path) ->
     arrays = {"x_train": _storable(x_train),
               "y_train": torch.cat([dataset.y_train[keep], canaries.labels[canaries.included]]).numpy(),
               "ids_train": torch.cat([dataset.ids_train[keep], dataset.ids_train[chosen]]).numpy(),
-              "x_test": _storable(dataset.x_test), "y_test": dataset.y_test.numpy(),
-              # the original's size, whichever canaries are in: no plan may depend on the inclusions
-              "declared_size": np.int64(dataset.declared_size or len(dataset.y_train))}
+              "x_test": _storable(dataset.x_test), "y_test": dataset.y_test.numpy()}
+    if dataset.declared_size is not None:  # the original's, whichever canaries are in; without one, a route that
+        arrays["declared_size"] = np.int64(dataset.declared_size)  # needs a size counts the audited data noisily
     write_atomically({path: lambda temporary: _save_npz(temporary, arrays)})
 
 

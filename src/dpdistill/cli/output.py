@@ -116,6 +116,8 @@ def print_summary(report: dict, out: Path) -> None:
         if "sample_rate" in privacy:
             table.add_row("noise multiplier, sampling rate, steps",
                           f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
+        if "training_set_size" in privacy:
+            table.add_row("training-set size the sampling follows", privacy["training_set_size"])
     if "ledger" in privacy:
         ledger = privacy["ledger"]
         total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"

@@ -71,6 +71,9 @@ class Job(ABC):
     also_reads: Sequence[tuple[Path, Release]] = ()
     # the data set the release comes from (its digest and name; None: not known), whose ledger records it too
     data_set: tuple[str, str] | None = None
+    # what the run releases before its first query (a noisy count of the training set, in config.json): a run
+    # that fails before it asks anything is still charged this, in the ledgers of its reservations
+    released_first: Release | None = None
 
     @abstractmethod
     def run(self, resume: bool) -> Outcome:
@@ -78,7 +81,7 @@ class Job(ABC):
 
     def asked(self) -> bool:
         """Whether the run may have released anything from its teacher: its first query began. A run that fails
-        before that keeps no reservation in the teacher's ledger. True unless the job knows better."""
+        before that keeps no reservation (beyond `released_first`). True unless the job knows better."""
         return True
 
 

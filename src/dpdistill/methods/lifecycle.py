@@ -59,9 +59,12 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
         try:
             outcome = job.run(resume)
         except BaseException:
-            if not resume and not job.asked():  # it failed before its first query: nothing was released
+            if not resume and not job.asked():  # it failed before its first query: nothing more was released
                 for reserved, _ in reservations:
-                    reserved.withdraw(out_dir)
+                    if job.released_first is None:
+                        reserved.withdraw(out_dir)
+                    else:
+                        reserved.settle(out_dir, method.name, job.released_first)
             raise
         privacy = {**outcome.privacy, **coverage(outcome.covers, job.uncovered)}
         released = planned if outcome.release is None else outcome.release.with_reads(job.uncovered)

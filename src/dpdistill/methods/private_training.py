@@ -12,14 +12,14 @@ from typing import Any, ClassVar
 from dpdistill.data import load_dataset
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.teachers import classifier_meta
-from dpdistill.privacy.ledger import UncoveredRead, reproducible_noise_read
+from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.progress import Progress
 from dpdistill.reporting.private_training import private_training_markdown
 from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.reporting.report import save_accuracy_curve
-from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, declared_train_size,
-                                       plan_private_training, selection_note)
+from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, plan_private_training, public_train_size,
+                                       selection_note, with_public_size)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -59,7 +59,8 @@ class PrivateTrainingJob(Job):
     def __init__(self, method: PrivateTrainingMethod, config: PrivateTrainingConfig, out_dir: Path,
                  progress: Progress | None) -> None:
         self.dataset = load_dataset(config.dataset)
-        train_size = declared_train_size(config, self.dataset)
+        config = with_public_size(config, self.dataset)  # a noisy count where the data declare no size
+        train_size = public_train_size(config, self.dataset)
         config = config.fitted(train_size)  # what runs, and what config.json keeps
         self.method, self.config = method, config
         started = time.perf_counter()
@@ -72,6 +73,13 @@ class PrivateTrainingJob(Job):
         # the data set's ledger records every step, under replace-one; a total it would exceed refuses the run here
         self.planned = self.private_plan.replace_one_release(config.delta)
         self.data_set = (self.dataset.digest, config.dataset)
+        count = self.private_plan.count  # released with config.json, before the first step
+        if count is not None:
+            self.released_first = Release(count.dp_event(), config.delta, count.epsilon)
+
+    def asked(self) -> bool:
+        """Whether a step began: a run that fails before it released nothing but its noisy count (if any)."""
+        return self.trainer.ledger.answered > 0
 
     def run(self, resume: bool) -> Outcome:
         config, dataset, method = self.config, self.dataset, self.method

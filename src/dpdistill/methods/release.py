@@ -33,8 +33,8 @@ from dpdistill.progress import Progress, with_total
 from dpdistill.reporting.transcription import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
-from dpdistill.training.private import (PrivateTrainingConfig, declared_train_size, plan_private_training,
-                                       selection_note)
+from dpdistill.training.private import (PrivateTrainingConfig, plan_private_training, public_train_size,
+                                       selection_note, with_public_size)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
@@ -104,8 +104,10 @@ class ReleaseJob(Job):
         self.config, self.out_dir, self.progress = config, out_dir, progress
         self.teacher_dir = out_dir / TEACHER_DIR
         dataset = load_dataset(config.teacher.dataset)
-        self.teacher_size = declared_train_size(config.teacher, dataset)
-        plan_private_training(config.teacher, self.teacher_size)
+        # the teacher's public training-set size; a noisy count drawn here is released (and charged) only by the
+        # teacher's own run, which keeps it in OUT/teacher/config.json
+        self.teacher_config = with_public_size(config.teacher, dataset)
+        plan_private_training(self.teacher_config, public_train_size(self.teacher_config, dataset))
         config.transcription.validate(dataset.num_classes)
         for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
             build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
@@ -120,7 +122,8 @@ class ReleaseJob(Job):
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
         outcome.privacy["ledger"] = ledger.standing(
             ledger.settle(self.out_dir, PrivateRelease.name, Release.post_processing(self.config.teacher.delta)))
-        outcome.report["notes"] = [note for note in (selection_note(self.config.teacher.fitted(self.teacher_size)),) if note]
+        chosen = selection_note(PrivateTrainingConfig.from_dict(teacher["config"]))  # the settings that ran
+        outcome.report["notes"] = [chosen] if chosen else []
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"],
                                      "wall_seconds": teacher["timing"]["wall_seconds"]}
@@ -135,7 +138,7 @@ class ReleaseJob(Job):
             return json.loads((self.teacher_dir / REPORT_FILE).read_text())
         method = DPSGD()
         resumable = method.interrupted(self.teacher_dir) is not None
-        return execute(method, Source(), self.config.teacher, self.teacher_dir, resume=resumable,
+        return execute(method, Source(), self.teacher_config, self.teacher_dir, resume=resumable,
                        overwrite=not resumable, progress=with_total(self.progress, self.config.teacher.epochs))
 
 
@@ -175,7 +178,8 @@ def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
         saved = PrivateRelease().interrupted(Path(values["out"]))
         return None if saved is None else saved[1]
     given = values.get(SETTINGS, {})
-    teacher = {**parse_assignments(values["teacher_set"], PrivateTrainingConfig),
+    teacher = {**({} if values["dataset_size"] is None else {"dataset_size": values["dataset_size"]}),
+               **parse_assignments(values["teacher_set"], PrivateTrainingConfig),
                **{name.removeprefix(TEACHER_PREFIX): value for name, value in given.items()
                   if name.startswith(TEACHER_PREFIX)}}
     transcription = {**parse_assignments(values["set_"], TranscriptionConfig),
@@ -205,6 +209,9 @@ COMMAND = CommandSpec(
              Option("synthetic_size", int, SYNTHETIC_SIZE, "synthetic images to release, classes balanced (0: none)",
                     min=0, field=False),
              Option("teacher_arch", str, TEACHER_ARCH, "the DP-SGD teacher's architecture", field=False),
+             Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
+                                                      "data set's declared size, else a noisy count of it at 1% of "
+                                                      "--epsilon]", min=1, field=False),
              Option("preset", str | None, None, "the transcription's engine settings [default: dp-teacher]",
                     field=False),
              Option("iterations", int | None, None, "the transcription's iterations [default: the preset's]",

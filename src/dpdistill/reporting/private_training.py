@@ -18,7 +18,7 @@ PRIVATE_TRAINING_ROWS = (  # (privacy key, row label) of the private-training re
     ("noise_multiplier", "noise multiplier (std / sensitivity)"),
     ("sigma", "sigma (noise std / beta)"), ("beta", "beta (norm of each output gradient)"),
     ("max_grad_norm", "max grad norm (clipping)"), ("noise_std", "noise std"), ("target_step", "target step gamma"),
-    ("sample_rate", "sampling rate (Poisson)"),
+    ("sample_rate", "sampling rate (Poisson)"), ("size_count_epsilon", "of which the noisy count of the training set"),
     ("steps", "steps"), ("planned_steps", "planned steps"),
 )
 
@@ -38,7 +38,8 @@ def private_training_markdown(report: dict[str, Any]) -> str:
              + ("only its last layer learns, on the encoder's frozen features. " if config["train_layers"] == "head"
                 else "its BatchNorm layers keep the encoder's statistics. "))
     lines = [f"# dpdistill report: private training ({report['method']}) on {report['dataset']}", "", statement, "",
-             f"{start}Accuracy is measured on {report['measured_on']}.", "",
+             f"{start}Accuracy is measured on {report['measured_on']}. The sampling rate and the steps follow "
+             f"the training-set size {privacy['training_set_size']}.", "",
              "| quantity | value |", "| --- | --- |",
              f"| student accuracy | {percent(report['accuracy']['student'])} |",
              f"| epsilon ({privacy['accountant']}) | {number(privacy['epsilon'])} |"]

@@ -23,7 +23,8 @@ its relation and its replace-one epsilon, so routes can be compared under one re
 
 Release hygiene: figures computed from the private data without noise (the exact training-set size, the expected
 batch size, the training loss) are returned apart from the public report, in `private_figures`. The sampling rate
-itself is public (the accountant needs it) and reveals the training set's size to within one batch.
+itself is public (the accountant needs it), so it follows a public training-set size: declared, or a noisy count
+the run releases first at a share of its epsilon (privacy/count.py, `with_public_size`).
 
 Either can start from an encoder pretrained on public images only (`dpdistill pretrain`), the starting point
 PATE's best rows use, so the two routes compare like with like. Its BatchNorm layers then keep the encoder's
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import dp_accounting
 import torch
 import torch.nn.functional as F
 from opacus import GradSampleModule
@@ -82,6 +84,7 @@ from dpdistill.privacy.accounting import (
     validate_delta,
     validate_epsilon,
 )
+from dpdistill.privacy.count import COUNT_SHARE, NoisyCount
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 from dpdistill.training.teacher import load_encoder
@@ -174,7 +177,12 @@ class PrivateTrainingConfig:
                                      "--public-size`)")
     dataset_size: int | None = setting(None, "the training split's size as a public figure: the sampling rate and "
                                              "the steps come from it, never the exact private count [default: the "
-                                             "data set's declared size; an .npz may hold declared_size]")
+                                             "data set's declared size (an .npz may hold declared_size); without "
+                                             "one, a noisy count of it at --count-share of --epsilon]")
+    count_share: float = setting(COUNT_SHARE, "where the data declare no training-set size: the share of --epsilon "
+                                              "spent on a noisy count of it (the sampling rate and steps follow it)")
+    # the noisy count this run released (privacy/count.py): set by the run, kept so that a resumed run reuses it
+    counted_size: int | None = setting(None, "the noisy count of the training set a run released (set by the run)")
     relation: str = setting(ADD_REMOVE, "dpsgd: the neighbouring relation the budget is stated under, add-remove "
                                         "(Opacus') or replace-one (as ensembles and transcriptions; more noise); "
                                         "dpdfd-direct: always replace-one")
@@ -220,6 +228,11 @@ class PrivateTrainingConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.dataset_size is not None and self.dataset_size < 1:
             raise ConfigError(f"--dataset-size must be at least 1, got {self.dataset_size}")
+        if not 0 < self.count_share < 0.5:
+            raise ConfigError(f"--count-share must be in (0, 0.5), got {self.count_share}")
+        if self.counted_size is not None and (self.counted_size < 1 or self.dataset_size is not None):
+            raise ConfigError("counted_size is the noisy count a run released itself: give the size you publish "
+                              "with --dataset-size instead")
         if self.epochs < 1 or (self.batch_size or 1) < 1 or self.public_size < 1:
             raise ConfigError(f"epochs, batch size and public size must be at least 1, got {self.epochs}, "
                               f"{self.batch_size} and {self.public_size}")
@@ -238,6 +251,11 @@ class PrivateTrainingConfig:
         lr = self.lr or (defaults["lr"] * batch / defaults["batch_size"] if self.optimizer == "sgd" and
                          self.batch_size is None else defaults["lr"])
         return dataclasses.replace(self, batch_size=batch, lr=lr)
+
+    @property
+    def size_count(self) -> NoisyCount | None:
+        """The noisy count this run released for its training-set size (None: the size is a declared figure)."""
+        return None if self.counted_size is None else NoisyCount.within(self.count_share * self.epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -259,7 +277,8 @@ class PrivatePlan:
     steps_per_epoch: int
     steps: int
     relation: str
-    size: int  # the declared training-set size the sampling rate and the steps come from
+    size: int  # the public training-set size the sampling rate and the steps come from
+    count: NoisyCount | None = None  # the noisy count `size` is, where the data declare none
 
     @property
     def noise_multiplier(self) -> float:
@@ -273,18 +292,43 @@ class PrivatePlan:
         """The whole plan as one release under replace-one (the relation a data set's ledger composes under):
         dp-accounting's event and the replace-one epsilon of its steps."""
         query = self.query if self.relation == REPLACE_ONE else dataclasses.replace(self.query, relation=REPLACE_ONE)
-        return Release.of_query(query, self.steps, delta)
+        steps = Release.of_query(query, self.steps, delta)
+        if self.count is None:
+            return steps
+        return Release(dp_accounting.ComposedDpEvent([self.count.dp_event(), steps.event]), delta,
+                       self.count_epsilon + steps.epsilon)
+
+    @property
+    def count_epsilon(self) -> float:
+        """What the noisy count of the training set spent (0 where its size was declared): it adds to every figure
+        of the steps (basic composition, privacy/count.py)."""
+        return 0.0 if self.count is None else self.count.epsilon
+
+    def size_words(self) -> str:
+        """Where the training-set size the sampling follows comes from, for the report."""
+        if self.count is None:
+            return f"{self.size:,}, a public figure the data declare; the exact count stays private"
+        return self.count.describe(self.size)
 
 
-def declared_train_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> int:
-    """The training split's size as a public figure: the run's `dataset_size`, else the data set's declared one.
-    The sampling rate and the number of steps are released, so they must not come from the exact private count,
+def with_public_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> PrivateTrainingConfig:
+    """`config` with a public training-set size: --dataset-size, the data set's declared size, or else a noisy count
+    of the training set released now (privacy/count.py) and kept in the configuration, so that a resumed run reuses
+    it. The sampling rate and the number of steps are released, so they must not come from the exact private count,
     which adding one example would change."""
-    size = config.dataset_size or dataset.declared_size
+    if config.dataset_size or config.counted_size or dataset.declared_size:
+        return config
+    count = NoisyCount.within(config.count_share * config.epsilon)
+    noise = noise_source(config.reproducible_noise, config.seed)
+    return dataclasses.replace(config, counted_size=count.release(len(dataset.y_train), noise))
+
+
+def public_train_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> int:
+    """The training-set size a run plans on (after `with_public_size`): given, counted by the run, or declared."""
+    size = config.dataset_size or config.counted_size or dataset.declared_size
     if size is None:
-        raise ConfigError(f"{config.dataset} declares no training-set size: DP-SGD's sampling rate and steps are "
-                          f"released, so they come from a public figure, never the exact private count; declare one "
-                          f"with --dataset-size N (or a `declared_size` array in the .npz)")
+        raise ConfigError(f"{config.dataset} has no public training-set size yet: plan the run with "
+                          f"with_public_size first")
     return size
 
 
@@ -304,23 +348,26 @@ def plan_private_training(config: PrivateTrainingConfig, train_size: int) -> Pri
                                     f"budget DP-SGD's accountant calibrates noise for (it protects nothing "
                                     f"measurable): give the noise with --sigma, or train without privacy")
     config = config.fitted(train_size)
+    count = config.size_count
+    budget = config.epsilon - (0.0 if count is None else count.epsilon)  # the steps', beside the noisy count
     sample_rate, steps_per_epoch = opacus_sampling(train_size, config.batch_size)
     steps = config.epochs * steps_per_epoch
     if config.method == "dpsgd":
         relation = config.relation
         query = (SampledGaussianQuery(config.sigma, sample_rate, relation=relation) if config.sigma is not None
-                 else calibrate_dpsgd(sample_rate, steps, config.epsilon, config.delta, relation))
+                 else calibrate_dpsgd(sample_rate, steps, budget, config.delta, relation))
     else:  # answers of norm <= beta differ by <= 2 beta and get noise sigma * beta: multiplier sigma / 2
         relation = REPLACE_ONE
         query = (SampledReleaseQuery(config.sigma / 2, sample_rate) if config.sigma is not None
-                 else calibrate(lambda z: SampledReleaseQuery(z, sample_rate), steps, config.epsilon, config.delta))
-    spent = composed_epsilon(query, steps, config.delta)
+                 else calibrate(lambda z: SampledReleaseQuery(z, sample_rate), steps, budget, config.delta))
+    plan = PrivatePlan(query, steps_per_epoch, steps, relation, train_size, count)
+    spent = plan.count_epsilon + composed_epsilon(query, steps, config.delta)
     if spent > config.epsilon:
         raise BudgetExceededError(
             f"{config.epochs} epochs of {steps_per_epoch} steps at sigma={config.sigma} would spend epsilon="
             f"{spent:.4g} > budget {config.epsilon}: raise --sigma, lower --epochs, or leave --sigma unset to "
             f"calibrate the noise to the budget")
-    return PrivatePlan(query, steps_per_epoch, steps, relation, train_size)
+    return plan
 
 
 def calibrate_dpsgd(sample_rate: float, steps: int, epsilon: float, delta: float,
@@ -578,13 +625,16 @@ class PrivateTrainer:
         """The public `privacy` section of the report: the guarantee of the steps run and its relation (what it
         covers is the method's to say)."""
         config, steps = self.config, self.ledger.answered
-        epsilon = composed_epsilon(self.plan.query, steps, config.delta)
+        epsilon = self.plan.count_epsilon + composed_epsilon(self.plan.query, steps, config.delta)
+        count = {} if self.plan.count is None else {"size_count_epsilon": self.plan.count_epsilon,
+                                                    "size_count_scale": self.plan.count.scale}
         return {"method": config.method, "mode": "data", "epsilon": epsilon, "delta": config.delta,
                 "budget_epsilon": config.epsilon, "relation": self.plan.relation, **self.epsilons_by_relation(epsilon),
                 "unit": UNITS[self.plan.relation], "noise_multiplier": self.plan.noise_multiplier,
-                "sample_rate": self.plan.sample_rate, "declared_size": self.plan.size,
-                "sampling": (f"Poisson, rate and steps per epoch from the declared training-set size "
-                             f"{self.plan.size:,} (a public figure; the exact count stays private)"),
+                "sample_rate": self.plan.sample_rate, "declared_size": self.plan.size, **count,
+                "training_set_size": self.plan.size_words(),
+                "sampling": (f"Poisson, rate and steps per epoch from the public training-set size "
+                             f"{self.plan.size:,}"),
                 "steps": steps, "planned_steps": self.plan.steps,
                 "calibrated": config.sigma is None, "noise": self.noise.description}
 
@@ -662,8 +712,8 @@ class DPSGDTrainer(PrivateTrainer):
         """Both relations: the budget's, and the other one for the same noise."""
         other = REPLACE_ONE if self.plan.relation == ADD_REMOVE else ADD_REMOVE
         restated = dataclasses.replace(self.plan.query, relation=other)
-        return {**super().epsilons_by_relation(epsilon),
-                epsilon_key(other): composed_epsilon(restated, self.ledger.answered, self.config.delta)}
+        return {**super().epsilons_by_relation(epsilon), epsilon_key(other): self.plan.count_epsilon
+                + composed_epsilon(restated, self.ledger.answered, self.config.delta)}
 
     def privacy_summary(self) -> dict[str, Any]:
         config, steps = self.config, self.ledger.answered
@@ -672,9 +722,10 @@ class DPSGDTrainer(PrivateTrainer):
             raise BudgetExceededError(f"Opacus accounted {history}, dpdistill {steps} steps at noise multiplier "
                                       f"{self.plan.noise_multiplier} and rate {self.plan.sample_rate}")
         add_remove = dataclasses.replace(self.plan.query, relation=ADD_REMOVE)
+        count = self.plan.count_epsilon  # the cross-checks are of the steps; the noisy count adds to each
         return {**super().privacy_summary(),
-                "epsilon_rdp": composed_epsilon_rdp(add_remove, steps, config.delta),
-                "epsilon_opacus": self.accountant.get_epsilon(config.delta),
+                "epsilon_rdp": count + composed_epsilon_rdp(add_remove, steps, config.delta),
+                "epsilon_opacus": count + self.accountant.get_epsilon(config.delta),
                 "accountant": "dp-accounting PLD, Poisson-subsampled Gaussian",
                 "accountant_opacus": "Opacus RDP accountant",
                 "relation_rdp": ADD_REMOVE,  # both RDP cross-checks (dp-accounting's and Opacus')
