@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dp_accounting import NoOpDpEvent
 from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
@@ -78,3 +79,15 @@ def test_summed_composition_adds_epsilons_and_deltas():
     assert summed_epsilon([release, release], 2e-5) == pytest.approx(1.4)
     assert summed_epsilon([release, release], 1e-5) == float("inf")  # the deltas add up past it
     assert summed_epsilon([], 1e-5) == 0
+
+
+def test_a_total_set_without_a_delta_takes_the_delta_the_spent_epsilon_is_shown_at(ledgers: Path):
+    ledger = DatasetLedger("f" * 32, "mine")
+    for run in ("a", "b", "c"):  # three releases at delta 1e-5 each: together (sum of epsilons, 3e-5)
+        ledger.reserve(Path(run), "dpsgd", Release(NoOpDpEvent(), 1e-5, 4.5))
+    shown = ledger.standing(ledger.read())
+    assert (shown["spent_epsilon"], shown["delta"]) == (pytest.approx(13.5), pytest.approx(3e-5))
+    with pytest.raises(BudgetExceededError, match=r"add up to 3e-05: give --delta 3e-05 or more"):
+        ledger.set_total(14.0, 1e-5)
+    state = ledger.set_total(14.0)  # as the display said: 13.5 at delta 3e-5
+    assert (state.total.epsilon, state.total.delta) == (14.0, pytest.approx(3e-5))

@@ -237,8 +237,8 @@ def budget_command(
     dataset: Optional[str] = typer.Option(None, help="instead of a teacher, a data set: every release computed "
                                                      "from it (fmnist, mnist, digits, a folder or an .npz)"),
     set_: Optional[float] = typer.Option(None, "--set", help="set or change the total epsilon of its releases"),
-    delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the current "
-                                                     "total's, else 1e-5]"),
+    delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the delta the "
+                                                     "spent epsilon is shown at]"),
 ) -> None:
     """What the releases of a teacher, owners or data spent. --set sets their total budget."""
     from dpdistill.data import load_dataset

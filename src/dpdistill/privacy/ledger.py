@@ -418,16 +418,20 @@ class ReleaseLedger:
             return state
 
     def set_total(self, epsilon: float, delta: float | None = None) -> LedgerState:
-        """Set or change the total budget (`delta` None: the current total's, else 1e-5); refuse one below what
-        the recorded releases already spent."""
+        """Set or change the total budget (`delta` None: the delta the spent epsilon is stated at, `LedgerState.delta`:
+        the current total's, else what the releases' deltas need); refuse one below what the recorded releases
+        already spent."""
         with self._locked():
             state = self.read()
-            delta = delta if delta is not None else state.total.delta if state.total is not None else DEFAULT_DELTA
+            delta = state.delta if delta is None else delta
             total = Budget(epsilon, delta)
             spent = state.spent(delta)
             if spent > epsilon:
+                needed = sum(entry.release.delta for entry in state.entries) if state.summed else None
+                deltas = (f" (their deltas add up to {needed:g}: give --delta {needed:g} or more)"
+                          if math.isinf(spent) and needed is not None and needed > delta else "")
                 raise BudgetExceededError(f"the releases from {self.subject} already spent epsilon={spent:.4g} at "
-                                          f"delta {delta:g}: a total of {epsilon:g} is below it")
+                                          f"delta {delta:g}{deltas}: a total of {epsilon:g} is below it")
             state = replace(state, total=total)
             self._write(state)
             return state
