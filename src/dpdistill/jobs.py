@@ -21,6 +21,7 @@ from dpdistill.data.partition import dirichlet_partition_indices, new_partition_
 from dpdistill.data.public import PUBLIC_POOL, PoolSource, public_split
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy, share_correct
+from dpdistill.methods.base import data_read
 from dpdistill.methods.teachers import DATA_DIGEST, classifier_meta, evaluation_set
 from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
@@ -58,7 +59,7 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
     announce_start(progress)
     model, training = train_classifier(dataset, config, progress)
     save_model(out_dir, model, {**classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
-                                                  config.init), DATA_DIGEST: dataset.digest})
+                                                  config.init), DATA_DIGEST: data_read(dataset, dataset_name)[0]})
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
               "timing": {"wall_seconds": training["wall_seconds"]}, "seed": config.seed,
@@ -129,7 +130,8 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
         dataset_name, partitions, alpha = plan["dataset"], plan["partitions"], plan["alpha"]
         config = TeacherConfig(**plan["config"])
     dataset = load_dataset(dataset_name)
-    digest = dataset.digest  # an owner's holding is part of the data set: its releases count in that ledger
+    # an owner's holding is part of the data set: its releases count for the data set's examples
+    digest, _ = data_read(dataset, dataset_name)
     if holding is not None:
         dataset = dataset.train_subset(holding)
     clear_previous()
@@ -312,7 +314,9 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
     arch, kept = keep_factory(factory, code_kept, out_dir)
     meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
-    if declared is not None:
+    if declared is None:  # a model trained without DP on these data (as --dataset says): its releases are theirs
+        meta[DATA_DIGEST] = data_read(dataset, dataset_name)[0]
+    else:
         meta[PROVENANCE] = declared.to_json()
     save_model(out_dir, model, meta)
     teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory

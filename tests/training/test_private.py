@@ -347,7 +347,7 @@ def test_without_a_declared_size_dpsgd_plans_on_a_noisy_count_inside_its_budget(
     steps = composed_epsilon(SampledGaussianQuery(privacy["noise_multiplier"], privacy["sample_rate"]),
                              privacy["steps"], 1e-5)
     assert privacy["epsilon"] == pytest.approx(count.epsilon + steps) and 1.99 < privacy["epsilon"] <= 2.0
-    entry, = json.loads(next((tmp_path / "ledgers").glob("*/ledger.json")).read_text())["entries"]
+    entry, = json.loads((tmp_path / "ledgers" / "ledger.json").read_text())["entries"]
     assert entry["event"]["events"][0] == event_to_json(count.dp_event()) and entry["status"] == "spent"
     assert entry["epsilon"] == pytest.approx(privacy["epsilon_replace_one"])  # the count's included
     # a resumed run keeps its count: the configuration saved holds it
@@ -366,11 +366,10 @@ def test_a_run_that_fails_before_its_first_step_is_charged_its_noisy_count_alone
                                    epochs=1, student_arch="scatter-linear", lr=1.0)
     with pytest.raises(RuntimeError, match="the loader broke"):
         train_private(config, tmp_path / "run")
-    entry, = json.loads(next((tmp_path / "ledgers").glob("*/ledger.json")).read_text())["entries"]
+    entry, = json.loads((tmp_path / "ledgers" / "ledger.json").read_text())["entries"]
     assert entry["status"] == "spent" and entry["epsilon"] == 0.02
     assert entry["event"] == event_to_json(NoisyCount.within(0.02).dp_event())
     declared = _npz(tmp_path / "declared.npz", 513, declared_size=512)  # nothing released: nothing kept
     with pytest.raises(RuntimeError, match="the loader broke"):
         train_private(dataclasses.replace(config, dataset=str(declared)), tmp_path / "declared-run")
-    ledgers = [json.loads(path.read_text())["entries"] for path in (tmp_path / "ledgers").glob("*/ledger.json")]
-    assert sorted(len(entries) for entries in ledgers) == [0, 1]
+    assert len(json.loads((tmp_path / "ledgers" / "ledger.json").read_text())["entries"]) == 1

@@ -244,7 +244,9 @@ def budget_command(
     from dpdistill.data import load_dataset
     from dpdistill.federated.owners import owner_directories
     from dpdistill.models.ensemble import holds_teacher
-    from dpdistill.privacy.ledger import DatasetLedger, ReleaseLedger
+    from dpdistill.methods.base import data_read
+    from dpdistill.privacy.individuals import DatasetLedger
+    from dpdistill.privacy.ledger import ReleaseLedger
 
     if (teacher is None) == (dataset is None):
         raise ConfigError("give a teacher's directory or --dataset NAME: the ledger of one or the other")
@@ -252,22 +254,26 @@ def budget_command(
     if teacher is not None and not holds_teacher(teacher) and not owners:
         raise ConfigError(f"{teacher} holds no teacher (model.safetensors), teacher ensemble (ensemble.json), "
                           f"released student (student.safetensors) or data owners (owners.json)")
-    ledger = ReleaseLedger(teacher) if teacher is not None else DatasetLedger(load_dataset(dataset).digest, dataset)
+    ledger = (ReleaseLedger(teacher) if teacher is not None else DatasetLedger(*data_read(load_dataset(dataset), dataset)))
     state = ledger.read() if set_ is None else ledger.set_total(set_, delta)
     standing = ledger.standing(state)
     output = Console()
-    output.print(f"ledger: {ledger.path}" + (f" (the data set {dataset}: every release from it, under replace-one, "
-                                             f"composed by adding)" if dataset else ""), highlight=False)
-    if state.total is None:
+    output.print(f"ledger: {ledger.path}" + (f" (the individuals in {dataset}: every release that read any of its "
+                                             f"examples, under replace-one; spent is its worst-off example's, the "
+                                             f"releases that read it added)" if dataset else ""), highlight=False)
+    if standing["total_epsilon"] is None:
         output.print("total: none (releases are recorded, never refused)", highlight=False)
     else:
-        output.print(f"total: epsilon {state.total.epsilon:g} at delta {state.total.delta:g}", highlight=False)
+        on = f" (set on {standing['total_on']})" if standing.get("total_on", dataset) != dataset else ""
+        output.print(f"total: epsilon {standing['total_epsilon']:g} at delta {standing['delta']:g}{on}",
+                     highlight=False)
     output.print(f"spent: epsilon {standing['spent_epsilon']:.4g} at delta {standing['delta']:g}", highlight=False)
     if standing["remaining"] is not None:
         output.print(f"remaining: epsilon {standing['remaining']:.4g}", highlight=False)
-    table = Table("method", "out dir", "epsilon", "status", "date")
-    for entry in state.entries:
-        table.add_row(entry.method, entry.out_dir, f"{entry.release.epsilon:.4g}", entry.status, entry.time)
+    table = Table("method", "out dir", *(["data"] if dataset else []), "epsilon", "status", "date")
+    for entry, data in ([(entry, ()) for entry in state.entries] if dataset is None else
+                        [(recorded.entry, (recorded.name,)) for recorded in ledger.releases(state)]):
+        table.add_row(entry.method, entry.out_dir, *data, f"{entry.release.epsilon:.4g}", entry.status, entry.time)
     output.print(table)
     if owners:  # each owner's own ledger: what its client answered, with its local releases
         table = Table("owner", "spent epsilon", "total")

@@ -81,6 +81,13 @@ class ImageDataset:
             digest.update(tensor.contiguous().numpy().tobytes())
         return digest.hexdigest()
 
+    @functools.cached_property
+    def example_ids(self) -> torch.Tensor:
+        """Each training example's content id (`content_ids`), whatever `ids_train` holds: what the ledger of the
+        individuals in the data (privacy/individuals.py) keys a release by, so that a shuffled copy, a subset or a
+        merge of these data meets the releases made from them."""
+        return self.ids_train if self.ids_source == CONTENT_IDS else content_ids(self.x_train, self.y_train)
+
     def train_subset(self, index: torch.Tensor | slice) -> ImageDataset:
         """The training examples at positions `index` with their ids (which dataclasses.replace on the images
         alone would leave behind), and the same test split."""

@@ -43,7 +43,7 @@ from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, Gradi
                                           refusal)
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.transcription import read_result
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.engine import check_remote_settings
@@ -199,7 +199,7 @@ class FederatedJob(Job):
         self.ledger_dir = owners_root
         self.planned = Release.of_query(self.server.query, self.server.queries, config.delta, self.server.failure)
         # the owners simulated here hold parts of this data set: its ledger records their answers
-        self.data_set = None if owners_root is None else (self.server.evaluation.digest, config.dataset)
+        self.data_set = None if owners_root is None else data_read(self.server.evaluation, config.dataset)
         self.state_dir = release_state(out_dir)
         self.round_seconds: list[float] = []  # the rounds this process asked, as they landed
 

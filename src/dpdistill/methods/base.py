@@ -16,6 +16,8 @@ from typing import Any, Callable, ClassVar, Sequence
 
 from torch import Tensor, nn
 
+from dpdistill.data.base import ImageDataset
+from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.ledger import Release, UncoveredRead
 from dpdistill.progress import Progress
 
@@ -26,6 +28,14 @@ class Needs(str, Enum):
     SINGLE_TEACHER = "a single teacher"
     ENSEMBLE = "a teacher ensemble on disjoint partitions"
     PRIVATE_DATA = "the private data"
+
+
+def data_read(dataset: ImageDataset, name: str) -> tuple[str, str]:
+    """`Job.data_set` for a release that reads `dataset`'s training examples: its digest and name, with its
+    examples' content ids kept in the ledger of individuals (once), so that its releases meet those of any other
+    data holding the same examples."""
+    DatasetLedger.of(dataset.digest, name, dataset.example_ids.numpy())
+    return dataset.digest, name
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,8 @@ class Job(ABC):
     # other models the run reads, each with what it releases from them, recorded in their own ledgers as the
     # teacher's (DGD's baseline, read without noise by its generator)
     also_reads: Sequence[tuple[Path, Release]] = ()
-    # the data set the release comes from (its digest and name; None: not known), whose ledger records it too
+    # the data set the release reads (`data_read`: its digest and name; None: not known): the ledger of the
+    # individuals in the data records the release for each of its examples
     data_set: tuple[str, str] | None = None
     # what the run releases before its first query (a noisy count of the training set, in config.json): a run
     # that fails before it asks anything is still charged this, in the ledgers of its reservations

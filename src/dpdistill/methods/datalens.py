@@ -31,7 +31,7 @@ from dpdistill import __version__
 from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Needs, Outcome, Source
+from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
 from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
@@ -171,7 +171,7 @@ class DataLensJob(Job):
         self.trainer = DataLensTrainer(config, self.dataset, self.plan, release_state(out_dir), progress)
         self.uncovered = NOISELESS_VOTES if self.plan.query is None else reproducible_noise_read(config.reproducible_noise)
         self.planned = Release(self.plan.release_event(), config.delta, self.plan.epsilon(config.delta))
-        self.data_set = (self.dataset.digest, config.dataset)  # whose ledger records the release
+        self.data_set = data_read(self.dataset, config.dataset)  # whose ledger records the release
 
     def run(self, resume: bool) -> Outcome:
         config, dataset = self.config, self.dataset

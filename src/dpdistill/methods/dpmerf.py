@@ -20,7 +20,7 @@ from typing import Any
 
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Needs, Outcome, Source
+from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
 from dpdistill.privacy.accounting import composed_epsilon
@@ -94,7 +94,7 @@ class DpMerfJob(Job):
         self.uncovered = reproducible_noise_read(config.reproducible_noise)
         self.planned = Release(self.plan.release_event(), config.delta,
                                composed_epsilon(self.plan.query, 1, config.delta))  # recorded in the data set's ledger
-        self.data_set = (self.dataset.digest, config.dataset)
+        self.data_set = data_read(self.dataset, config.dataset)
 
     def run(self, resume: bool) -> Outcome:
         config, dataset = self.config, self.dataset

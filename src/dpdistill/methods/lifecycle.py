@@ -14,7 +14,8 @@ from dpdistill import __version__
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method, Source
 from dpdistill.models.checkpoint import save_model
-from dpdistill.privacy.ledger import DatasetLedger, Release, ReleaseLedger, coverage
+from dpdistill.privacy.individuals import DatasetLedger
+from dpdistill.privacy.ledger import Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dpdistill.data import load_dataset
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.progress import Progress
@@ -72,7 +72,7 @@ class PrivateTrainingJob(Job):
             [] if method.student_read is None else [method.student_read])
         # the data set's ledger records every step, under replace-one; a total it would exceed refuses the run here
         self.planned = self.private_plan.replace_one_release(config.delta)
-        self.data_set = (self.dataset.digest, config.dataset)
+        self.data_set = data_read(self.dataset, config.dataset)
         count = self.private_plan.count  # released with config.json, before the first step
         if count is not None:
             self.released_first = Release(count.dp_event(), config.delta, count.epsilon)

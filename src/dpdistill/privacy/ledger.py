@@ -29,7 +29,6 @@ from typing import Any, Iterator, Sequence
 import dp_accounting
 from dp_accounting import gaussian_mechanism
 
-from dpdistill.paths import ledgers_home
 from dpdistill.errors import BudgetExceededError, CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import QuerySpec, rdp_epsilon, validate_delta, validate_epsilon
 from dpdistill.privacy.accounting import composed_epsilon as query_epsilon
@@ -204,23 +203,16 @@ class LedgerState:
 
     total: Budget | None
     entries: tuple[LedgerEntry, ...] = ()
-    summed: bool = False  # composed by adding the stated epsilons and deltas (a data set's ledger), not exactly
 
     @property
     def delta(self) -> float:
-        """The delta the spent epsilon is stated at: the total's, else the largest a run used (a sum of deltas: their
-        sum)."""
+        """The delta the spent epsilon is stated at: the total's, else the largest a run used."""
         if self.total is not None:
             return self.total.delta
-        deltas = [entry.release.delta for entry in self.entries]
-        return (sum(deltas) if self.summed else max(deltas)) if deltas else DEFAULT_DELTA
-
-    def composed(self, releases: Sequence[Release], delta: float) -> float:
-        """Sound epsilon of `releases` together at `delta`, as this ledger composes them."""
-        return summed_epsilon(releases, delta) if self.summed else composed_epsilon(releases, delta)
+        return max((entry.release.delta for entry in self.entries), default=DEFAULT_DELTA)
 
     def spent(self, delta: float | None = None) -> float:
-        return self.composed([entry.release for entry in self.entries], self.delta if delta is None else delta)
+        return composed_epsilon([entry.release for entry in self.entries], self.delta if delta is None else delta)
 
     def reservation(self, out_dir: str) -> int | None:
         """Index of the latest reservation the run writing `out_dir` holds."""
@@ -260,16 +252,6 @@ def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
     return rdp_epsilon(accountant, event, delta)
 
 
-def summed_epsilon(releases: Sequence[Release], delta: float) -> float:
-    """Basic composition: releases of (epsilon_i, delta_i) are together (sum epsilon_i, sum delta_i)-DP, whatever
-    their mechanisms and relations' conventions. Sound, and looser than `composed_epsilon`; infinite where the
-    deltas add up past `delta`."""
-    validate_delta(delta)
-    if sum(release.delta for release in releases) > delta * (1 + 1e-9):
-        return math.inf
-    return sum(release.epsilon for release in releases)
-
-
 def composed_release(releases: Sequence[Release], delta: float) -> Release:
     """`releases` as one: their events composed, their sound `composed_epsilon` at `delta`."""
     return Release(dp_accounting.ComposedDpEvent([release.event for release in releases]), delta,
@@ -295,8 +277,6 @@ def _gaussian_mu_squared(event: dp_accounting.DpEvent) -> float | None:
 class ReleaseLedger:
     """ledger.json in a teacher's (or ensemble's) directory; a directory without one has spent nothing yet."""
 
-    summed = False  # how its releases compose (LedgerState.summed)
-
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / LEDGER_FILE
@@ -313,14 +293,14 @@ class ReleaseLedger:
 
     def read(self) -> LedgerState:
         if not self.path.exists():
-            return LedgerState(None, summed=self.summed)
+            return LedgerState(None)
         try:
             data = json.loads(self.path.read_text())
             if data["format"] != LEDGER_FORMAT:
                 raise ValueError(f"format {data['format']!r}, this dpdistill reads format {LEDGER_FORMAT}")
             total = None if data["total"] is None else Budget(float(data["total"]["epsilon"]),
                                                               float(data["total"]["delta"]))
-            return LedgerState(total, tuple(LedgerEntry.from_json(entry) for entry in data["entries"]), self.summed)
+            return LedgerState(total, tuple(LedgerEntry.from_json(entry) for entry in data["entries"]))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
                 CheckpointError, PrivacyParameterError) as error:
             raise CheckpointError(f"the release ledger {self.path} is damaged ({error}); it is the only record of "
@@ -352,16 +332,14 @@ class ReleaseLedger:
         """Refuse `release` if, composed with the `kept` entries, it would pass the total."""
         if state.total is None:
             return
-        after = state.composed([*(entry.release for entry in kept), release], state.total.delta)
+        after = composed_epsilon([*(entry.release for entry in kept), release], state.total.delta)
         if after > state.total.epsilon:
             spent = state.spent()
-            deltas = (" (their deltas would add up past the total's: raise it with --delta)"
-                      if state.summed and math.isinf(after) and math.isfinite(release.epsilon) else "")
             raise BudgetExceededError(
                 f"this release would take {self.subject} past its privacy budget: its "
                 f"releases so far spent epsilon={spent:.4g} of {state.total.epsilon:g} (delta "
                 f"{state.total.delta:g}), {state.total.epsilon - spent:.4g} remain; this run's "
-                f"epsilon={release.epsilon:.4g} would bring the total to {after:.4g}{deltas}. Lower "
+                f"epsilon={release.epsilon:.4g} would bring the total to {after:.4g}. Lower "
                 f"--epsilon, or let the data owner raise the total with `{self.raise_total}`")
 
     def answer(self, run: str, query: QuerySpec, rows: int, planned: int, delta: float,
@@ -418,20 +396,16 @@ class ReleaseLedger:
             return state
 
     def set_total(self, epsilon: float, delta: float | None = None) -> LedgerState:
-        """Set or change the total budget (`delta` None: the delta the spent epsilon is stated at, `LedgerState.delta`:
-        the current total's, else what the releases' deltas need); refuse one below what the recorded releases
-        already spent."""
+        """Set or change the total budget (`delta` None: the delta the spent epsilon is stated at,
+        `LedgerState.delta`); refuse one below what the recorded releases already spent."""
         with self._locked():
             state = self.read()
             delta = state.delta if delta is None else delta
             total = Budget(epsilon, delta)
             spent = state.spent(delta)
             if spent > epsilon:
-                needed = sum(entry.release.delta for entry in state.entries) if state.summed else None
-                deltas = (f" (their deltas add up to {needed:g}: give --delta {needed:g} or more)"
-                          if math.isinf(spent) and needed is not None and needed > delta else "")
                 raise BudgetExceededError(f"the releases from {self.subject} already spent epsilon={spent:.4g} at "
-                                          f"delta {delta:g}{deltas}: a total of {epsilon:g} is below it")
+                                          f"delta {delta:g}: a total of {epsilon:g} is below it")
             state = replace(state, total=total)
             self._write(state)
             return state
@@ -451,34 +425,3 @@ class ReleaseLedger:
         total = None if state.total is None else {"epsilon": state.total.epsilon, "delta": state.total.delta}
         write_json(self.path, {"format": LEDGER_FORMAT, "total": total,
                                "entries": [entry.to_json() for entry in state.entries]})
-
-
-class DatasetLedger(ReleaseLedger):
-    """One data set's ledger, under $DPDISTILL_LEDGER_HOME/<digest>: every release computed from the data set
-    (DP-SGD, synthesis, the releases of teachers trained on it, federated owners' answers) composed under one
-    relation, replace-one, each release entering with its replace-one epsilon. Releases of every kind and both
-    conventions meet here, so they compose by adding their epsilons and deltas (`summed_epsilon`): sound, looser
-    than a teacher ledger's exact composition. It sees the data set by content: the same images and labels under
-    another name are the same ledger; a subset, a superset or a changed copy is another, and it cannot see them."""
-
-    summed = True
-
-    def __init__(self, digest: str, name: str | None = None) -> None:
-        super().__init__(ledgers_home() / digest)
-        self.digest, self.name = digest, name or digest
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-    @property
-    def subject(self) -> str:
-        return f"the data set {self.name}"
-
-    def standing(self, state: LedgerState) -> dict[str, Any]:
-        """As a teacher ledger's, without the path: it names the data's digest, a function of the private data that
-        no release may carry."""
-        figures = super().standing(state)
-        del figures["path"]
-        return {"data_set": self.name, **figures, "composition": "summed (basic composition, replace-one)"}
-
-    @property
-    def raise_total(self) -> str:
-        return f"dpdistill budget --dataset {self.name} --set EPS"
