@@ -74,7 +74,7 @@ def _arrays(rng: np.random.Generator, train: int) -> dict[str, np.ndarray]:
 def _ledger(path: Path) -> DatasetLedger:
     """The ledger as a run on the .npz at `path` sees it (its examples kept, as `data_read` keeps them)."""
     data = load_dataset(str(path))
-    return DatasetLedger.of(data.digest, path.stem, data.example_ids.numpy())
+    return DatasetLedger.of(data.digest, path.stem, lambda: data.example_ids.numpy())
 
 
 def test_a_total_on_a_data_set_bounds_its_examples_in_any_copy_order_subset_or_merge(ledgers: Path,

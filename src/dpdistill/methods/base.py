@@ -34,7 +34,7 @@ def data_read(dataset: ImageDataset, name: str) -> tuple[str, str]:
     """`Job.data_set` for a release that reads `dataset`'s training examples: its digest and name, with its
     examples' content ids kept in the ledger of individuals (once), so that its releases meet those of any other
     data holding the same examples."""
-    DatasetLedger.of(dataset.digest, name, dataset.example_ids.numpy())
+    DatasetLedger.of(dataset.digest, name, lambda: dataset.example_ids.numpy())
     return dataset.digest, name
 
 

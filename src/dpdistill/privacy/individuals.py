@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -91,16 +91,17 @@ class DatasetLedger:
         self.path = self.home / LEDGER_FILE
 
     @classmethod
-    def of(cls, digest: str, name: str, content_ids: np.ndarray) -> "DatasetLedger":
-        """The ledger of a data set whose examples' content ids are known: they are kept, the first time, so that
-        every release of them composes with every release of any other data holding some of them."""
+    def of(cls, digest: str, name: str, content_ids: Callable[[], np.ndarray]) -> "DatasetLedger":
+        """The ledger of a data set whose examples' content ids `content_ids()` gives: they are kept, the first
+        time (computed then only), so that every release of them composes with every release of any other data
+        holding some of them."""
         ledger = cls(digest, name)
         path = ledger._examples_path(digest)
         if not path.exists():
             path.parent.mkdir(exist_ok=True, mode=0o700)
             partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
             with open(partial, "wb") as handle:
-                np.save(handle, np.unique(np.asarray(content_ids, dtype=np.int64)))
+                np.save(handle, np.unique(np.asarray(content_ids(), dtype=np.int64)))
             os.replace(partial, path)
         return ledger
 
