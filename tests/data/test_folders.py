@@ -19,7 +19,7 @@ def test_an_image_folder_is_a_data_set_with_sorted_class_names_as_labels(tmp_pat
     dataset = load_dataset(str(write_image_folder(tmp_path / "pets")))
     assert dataset.input_shape == (3, 12, 10) and dataset.num_classes == 3
     assert len(dataset.y_train) == 18 and len(dataset.y_test) == 6
-    assert "classes 0 cat, 1 dog, 2 emu" in dataset.source
+    assert "classes 0 cat, 1 dog, 2 emu" in dataset.source and dataset.class_names == ("cat", "dog", "emu")
     for label in range(3):  # cat (level 40) is label 0, dog 1, emu 2: brighter with the label
         mean = dataset.x_train[dataset.y_train == label].mean().item()
         assert abs((mean + 1) / 2 * 255 - 40 * (label + 1)) < 3
@@ -79,7 +79,7 @@ def test_a_class_without_training_images_is_warned_about(tmp_path: Path):
     root = write_image_folder(tmp_path / "pets")
     for path in (root / "train" / "emu").iterdir():
         path.unlink()
-    with pytest.warns(UserWarning, match=r"class\(es\) 2 of 3 have no training image"):
+    with pytest.warns(UserWarning, match=r"class\(es\) 2 \(emu\) of 3 have no training image"):
         dataset = load_dataset(str(root))
     assert dataset.num_classes == 3  # the test split's emu keeps its class
 
@@ -93,7 +93,7 @@ def test_data_import_resizes_into_an_npz_that_keeps_the_class_names(tmp_path: Pa
     assert "18 train and 6 test images of shape 8x8x1, 3 classes (cat, dog, emu)" in " ".join(result.stderr.split())
     imported, direct = load_dataset(str(out)), load_dataset(str(root))
     assert imported.input_shape == (1, 8, 8) and imported.num_classes == 3
-    assert "classes 0 cat, 1 dog, 2 emu" in imported.source
+    assert "classes 0 cat, 1 dog, 2 emu" in imported.source and imported.class_names == ("cat", "dog", "emu")
     assert torch.equal(imported.y_train, direct.y_train)
     again = runner.invoke(app, ["data", "import", str(root), "--out", str(out)])
     assert again.exit_code == 2 and again.stderr.startswith("error: --out") and "--overwrite" in again.stderr

@@ -57,7 +57,7 @@ def load_dataset(name_or_path: str) -> ImageDataset:
 def load_image_folder(folder: Path) -> ImageDataset:
     """A folder of images by class, read as it is (one size, grey or RGB): `data import` resizes."""
     arrays, classes = read_image_folder(folder)
-    return from_arrays(folder.resolve().name, **arrays, num_classes=len(classes),
+    return from_arrays(folder.resolve().name, **arrays, class_names=classes,
                        source=f"user images in {folder}, with their own train/test split; classes "
                               f"{describe_classes(classes)}")
 
