@@ -1,7 +1,7 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
-of IDX files, a folder of images by class, a sample source as `dpdistill synthesize` writes it, costly fixtures built once for all workers, and
-the benchmark harness as a module."""
+of IDX files, a folder of images by class, a sample source as `dpdistill synthesize` writes it, costly fixtures
+built once for all workers, and the benchmark harness as a module."""
 
 from __future__ import annotations
 

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from dpdistill.data.base import ImageDataset, from_arrays
-from dpdistill.data.folders import describe_classes, is_image_folder, read_image_folder
+from dpdistill.data.folders import is_image_folder, read_image_folder
 from dpdistill.paths import data_home
 from dpdistill.data.sources import (DatasetStatus, digits_status, fmnist_status, idx_files, load_digits, load_fmnist,
                                     load_idx_folder, load_mnist, load_npz, mnist_status)
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import describe_classes
 
 
 class BuiltIn(NamedTuple):

@@ -107,7 +107,7 @@ class ImageDataset:
 def checked_class_names(name: str, class_names: Sequence[str], num_classes: int) -> tuple[str, ...]:
     """One distinct, non-empty name a class (the labels themselves where none are given), refused otherwise."""
     if not class_names:
-        return tuple(str(label) for label in range(num_classes))
+        return label_names(num_classes)
     names = tuple(class_names)
     if len(names) != num_classes:
         raise DatasetError(f"{name}: {len(names)} class names for {num_classes} classes: give one name a class, in "
@@ -115,6 +115,11 @@ def checked_class_names(name: str, class_names: Sequence[str], num_classes: int)
     if not all(isinstance(class_name, str) and class_name for class_name in names) or len(set(names)) < len(names):
         raise DatasetError(f"{name}: class names must be distinct, non-empty strings, got {list(names)[:12]}")
     return names
+
+
+def label_names(num_classes: int) -> tuple[str, ...]:
+    """The names of classes that have none but their labels: "0", "1", ..."""
+    return tuple(str(label) for label in range(num_classes))
 
 
 def class_label(label: int, class_names: Sequence[str]) -> str:

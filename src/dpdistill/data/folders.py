@@ -137,12 +137,6 @@ def _size(images: np.ndarray) -> str:
     return f"{images.shape[1]}x{images.shape[2]}"
 
 
-def describe_classes(classes: list[str]) -> str:
-    """The label order in words, for a data set's source line: `0 coat, 1 dress, ...`."""
-    shown = ", ".join(f"{label} {name}" for label, name in enumerate(classes[:12]))
-    return shown + (f", ... ({len(classes)} classes)" if len(classes) > 12 else "")
-
-
 def parse_size(text: str) -> tuple[int, int]:
     """`HxW` (or one number for a square) as (height, width)."""
     parts = text.lower().split("x")

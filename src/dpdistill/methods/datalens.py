@@ -36,6 +36,7 @@ from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
+from dpdistill.models.checkpoint import CLASS_NAMES
 from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
                                preset_options, resume_option, set_option)
@@ -135,9 +136,10 @@ class DataLens(SynthesisMethod):
 
 def generator_meta(generator: ConditionalGenerator, config: DataLensConfig, dataset: ImageDataset) -> dict[str, Any]:
     return {"kind": "conditional-generator", "latent_dim": config.latent_dim, "num_classes": dataset.num_classes,
-            "out_shape": list(dataset.input_shape), "hidden": config.generator_hidden,
-            "width": config.generator_width, "latent_distribution": "uniform(-1, 1)", "dataset": config.dataset,
-            "normalisation": "[-1, 1]", "dpdistill_version": __version__}
+            CLASS_NAMES: list(dataset.class_names), "out_shape": list(dataset.input_shape),
+            "hidden": config.generator_hidden, "width": config.generator_width,
+            "latent_distribution": "uniform(-1, 1)", "dataset": config.dataset, "normalisation": "[-1, 1]",
+            "dpdistill_version": __version__}
 
 
 def synthesize(generator: ConditionalGenerator, count: int, seed: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,7 +203,7 @@ class DataLensJob(Job):
             private_record=lambda: {"train_images": len(dataset.y_train),
                                     "partition_sizes": self.trainer.part_sizes.tolist(),
                                     "teacher_history": result.teacher_history},
-            write_files=synthetic_files(images, labels, dataset.num_classes))
+            write_files=synthetic_files(images, labels, dataset.class_names))
 
 
 SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method in (DataLens(), DpMerf())}
