@@ -102,3 +102,19 @@ def test_data_import_resizes_into_an_npz_that_keeps_the_class_names(tmp_path: Pa
     bad_size = runner.invoke(app, ["data", "import", str(root), "--out", str(tmp_path / "y.npz"), "--size", "3y"])
     assert bad_size.stderr == "error: --size must be HxW (e.g. 32x32), got '3y'\n"
     assert not (tmp_path / "x.npz").exists() and not (tmp_path / "y.npz").exists()
+
+
+def test_data_import_declares_the_training_set_size_the_user_publishes(tmp_path: Path):
+    root = write_image_folder(tmp_path / "pets")
+    runner = CliRunner()
+    result = runner.invoke(app, ["data", "import", str(root), "--out", str(tmp_path / "pets.npz"), "--dataset-size",
+                                 "20"])
+    assert result.exit_code == 0, result.output
+    assert "3 classes (cat, dog, emu), declared training-set size 20" in " ".join(result.stderr.split())
+    assert load_dataset(str(tmp_path / "pets.npz")).declared_size == 20  # not the 18 images it holds
+    assert load_dataset(str(root)).declared_size is None  # the folder itself declares none
+    with np.load(tmp_path / "pets.npz") as archive:
+        assert int(archive["declared_size"]) == 20
+    refused = runner.invoke(app, ["data", "import", str(root), "--out", str(tmp_path / "zero.npz"),
+                                  "--dataset-size", "0"])
+    assert refused.exit_code == 2 and not (tmp_path / "zero.npz").exists()

@@ -58,6 +58,9 @@ def data_import(
     size: Optional[str] = typer.Option(None, help="resize every image to HxW (e.g. 32x32) [default: keep the one "
                                                   "size they share]"),
     channels: Optional[int] = typer.Option(None, help="1 (grey) or 3 (RGB) [default: 1 where every image is grey]"),
+    dataset_size: Optional[int] = typer.Option(None, min=1, help="the training set's size as you publish it, kept as "
+                                                                 "the .npz's declared_size (DP-SGD's sampling rate "
+                                                                 "and steps come from it) [default: none declared]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT if it exists"),
 ) -> None:
     """Read a folder of images by class into one .npz.
@@ -73,10 +76,11 @@ def data_import(
         raise ConfigError(f"--out {out} must end in .npz")
     if out.exists() and not overwrite:
         raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
-    written = import_image_folder(folder, out, None if size is None else parse_size(size), channels)
+    written = import_image_folder(folder, out, None if size is None else parse_size(size), channels, dataset_size)
     names = ", ".join(written["classes"][:10]) + (", ..." if len(written["classes"]) > 10 else "")
+    declared = "" if dataset_size is None else f", declared training-set size {dataset_size}"
     summary.print(f"{out}: {written['train']} train and {written['test']} test images of shape "
-                  f"{'x'.join(map(str, written['shape']))}, {len(written['classes'])} classes ({names})",
+                  f"{'x'.join(map(str, written['shape']))}, {len(written['classes'])} classes ({names}){declared}",
                   highlight=False)
 
 

@@ -119,15 +119,18 @@ def _class_names(path: Path, names: np.ndarray) -> tuple[str, ...]:
     return tuple(str(name, "utf-8") if isinstance(name, bytes) else str(name) for name in names.tolist())
 
 
-def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, channels: int | None) -> dict:
+def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, channels: int | None,
+                        declared_size: int | None = None) -> dict:
     """`dpdistill data import`: a folder of images by class into one .npz (uint8 images, labels, the number of
-    classes and their names), checked as every data set is; returns what was written."""
+    classes and their names, and the training set's size where the user declares the one they publish), checked
+    as every data set is; returns what was written."""
     arrays, classes = read_image_folder(folder, size, channels)
-    from_arrays(out.stem, **arrays, source=str(folder), class_names=classes)  # the same checks, before writing
+    declared = {} if declared_size is None else {NPZ_DECLARED_SIZE: declared_size}
+    from_arrays(out.stem, **arrays, **declared, source=str(folder), class_names=classes)  # checked before writing
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     with open(partial, "wb") as handle:
-        np.savez(handle, **arrays, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
+        np.savez(handle, **arrays, **declared, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
     os.replace(partial, out)
     return {"train": len(arrays["y_train"]), "test": len(arrays["y_test"]), "classes": classes,
             "shape": list(arrays["x_train"].shape[1:])}
