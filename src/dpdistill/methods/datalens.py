@@ -38,8 +38,8 @@ from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evalu
                                          synthetic_files)
 from dpdistill.models.checkpoint import CLASS_NAMES
 from dpdistill.models.datalens import ConditionalGenerator
-from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
-                               preset_options, resume_option, set_option)
+from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, dataset_help,
+                               out_option, preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, UncoveredRead, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
 from dpdistill.reporting.synthesis import datalens_markdown
@@ -267,7 +267,7 @@ PRESET_OPTIONS = {
 
 COMMAND = CommandSpec(
     name="synthesize", help="Make a private labelled synthetic set from the data.",
-    options=(Option("dataset", str, help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz",
+    options=(Option("dataset", str, help=dataset_help("the private data"),
                     field=False),
              out_option("directory for generator, synthetic.npz, samples.png, student and report"),
              Option("method", str, "datalens", "datalens (seed 003): N teacher discriminators, TopAgg; dp-merf: one "

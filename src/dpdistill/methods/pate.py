@@ -47,7 +47,7 @@ from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
 from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP,
                                RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP, SEED_HELP, CommandSpec, Option,
-                               field_options, out_option, resume_option, setting)
+                               dataset_help, field_options, out_option, resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
@@ -129,7 +129,7 @@ class PateConfig:
     augment_shift: int = setting(2, "translate training images by up to this many pixels (0: off)")
     batch_size: int = setting(128, "the student's images a step")
     lr: float = setting(1e-3, "Adam's learning rate")
-    dataset: str | None = setting(None, "evaluation data set (default: the teachers')")
+    dataset: str | None = setting(None, dataset_help("evaluation data set (default: the teachers')"))
     seed: int = setting(0, SEED_HELP)
     reproducible_noise: bool = setting(False, REPRODUCIBLE_NOISE_HELP, show_default=False)
     device: str = setting("cpu", "cpu or cuda")
