@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import list_classes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "test")
@@ -26,9 +27,6 @@ GREY_MODES = ("1", "L", "I", "I;16", "F")  # Pillow's single-channel modes
 def is_image_folder(folder: Path) -> bool:
     """Whether `folder` holds the two split folders of the ImageFolder layout."""
     return all((folder / split).is_dir() for split in SPLIT_FOLDERS)
-
-
-CLASSES_SHOWN = 20  # the most class names a message lists
 
 
 def class_names(folder: Path) -> list[str]:
@@ -53,7 +51,7 @@ def _in_one_split_only(folder: Path, held: dict[str, set[str]]) -> list[str]:
     for split, other in zip(SPLIT_FOLDERS, reversed(SPLIT_FOLDERS)):
         extra = sorted(held[split] - held[other])
         if extra:
-            classes = (f"whose classes are {_listed(sorted(held[other]))}" if held[other]
+            classes = (f"whose classes are {list_classes(sorted(held[other]))}" if held[other]
                        else "which holds no class folder")
             found.append(f"{', '.join(str(folder / split / name) for name in extra)} (not in {other}/, {classes})")
     return found
@@ -115,12 +113,6 @@ def _channels(folder: Path, paths: list[Path]) -> int:
                       f"convert the colour ones to grey, or read the folder as grey with `dpdistill data "
                       f"import {folder} --channels 1 --out data.npz`", stacklevel=3)
     return 1 if not colour else 3
-
-
-def _listed(names: list[str]) -> str:
-    """Class names as a message lists them: the first CLASSES_SHOWN, then how many in all."""
-    shown = ", ".join(names[:CLASSES_SHOWN])
-    return shown + (f", ... ({len(names)} classes)" if len(names) > CLASSES_SHOWN else "")
 
 
 def _mode(path: Path) -> str:

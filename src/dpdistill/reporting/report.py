@@ -186,10 +186,17 @@ def confusion_section() -> str:
             f"![confusion matrix]({CONFUSION_FIGURE})\n")
 
 
+CLASSES_SHOWN = 12  # the most classes a message or a report lists
+
+
+def list_classes(names: Sequence[str]) -> str:
+    """Class names as a message or a report lists them: the first CLASSES_SHOWN, then how many in all."""
+    return ", ".join(names[:CLASSES_SHOWN]) + (f", ... ({len(names)} classes)" if len(names) > CLASSES_SHOWN else "")
+
+
 def describe_classes(classes: Sequence[str]) -> str:
     """The label order in words, for a data set's source line and a report: `0 coat, 1 dress, ...`."""
-    shown = ", ".join(f"{label} {name}" for label, name in enumerate(classes[:12]))
-    return shown + (f", ... ({len(classes)} classes)" if len(classes) > 12 else "")
+    return list_classes([f"{label} {name}" for label, name in enumerate(classes)])
 
 
 def percent(value: float | None) -> str:
