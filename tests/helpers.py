@@ -1,7 +1,7 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
-of IDX files, a sample source as `dpdistill synthesize` writes it, costly fixtures built once for all workers, and
-the benchmark harness as a module."""
+of IDX files, a folder of images by class, a sample source as `dpdistill synthesize` writes it, costly fixtures
+built once for all workers, and the benchmark harness as a module."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import scipy.optimize
 import scipy.signal
 import scipy.stats
 import dp_accounting
+from PIL import Image
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
@@ -144,6 +145,22 @@ def write_idx_folder(folder: Path, test_prefix: str = "t10k", suffix: str = ".gz
     for prefix, n in (("train", 30), (test_prefix, 10)):
         write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, side, side), dtype=np.uint8))
         write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", np.arange(n, dtype=np.uint8) % 3)
+
+
+def write_image_folder(root: Path, classes=("emu", "cat", "dog"), per_class=(6, 2), size=(12, 10), mode="RGB",
+                       seed: int = 0) -> Path:
+    """A folder of images by class (ROOT/train/CLASS/*.png, ROOT/test/CLASS/*.png): random images, each class's
+    pixels around its own grey level so that the labels can be checked."""
+    rng = np.random.default_rng(seed)
+    for split, count in zip(("train", "test"), per_class):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            level = 40 * (sorted(classes).index(name) + 1)
+            for index in range(count):
+                pixels = np.clip(rng.normal(level, 5, (*size, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).convert(mode).save(folder / f"{index}.png")
+    return root
 
 
 def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_multiplier: float = 20.0,

@@ -44,7 +44,7 @@ class TinyJob(Job):
         dataset = load_dataset(self.config.dataset)
         model, training = train_classifier(dataset, TeacherConfig(arch=self.config.width, epochs=self.config.epochs,
                                                                   seed=self.config.seed), self.progress)
-        meta = classifier_meta(self.config.width, dataset.input_shape, dataset.num_classes, self.config.dataset)
+        meta = classifier_meta(self.config.width, dataset.input_shape, dataset.class_names, self.config.dataset)
         return Outcome(report={"dataset": self.config.dataset, "accuracy": {"student": training["test_accuracy"]},
                                "timing": {"wall_seconds": training["wall_seconds"]}},
                        privacy={"mode": "none", "epsilon": None, "formal_guarantee": False},

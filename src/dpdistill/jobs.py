@@ -22,8 +22,8 @@ from dpdistill.data.public import PUBLIC_POOL, PoolSource, public_split
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy, share_correct
 from dpdistill.methods.base import data_read
-from dpdistill.methods.teachers import DATA_DIGEST, classifier_meta, evaluation_set
-from dpdistill.models.checkpoint import ENCODER, load_classifier, save_model
+from dpdistill.methods.teachers import DATA_DIGEST, classifier_meta, evaluation_set, model_class_names
+from dpdistill.models.checkpoint import CLASS_NAMES, ENCODER, load_classifier, save_model, saved_class_names
 from dpdistill.models.ensemble import (DIRICHLET, KEYED_HASH, PARTITION_ASSUMPTIONS, PARTITION_KEY_FILE,
                                        HeadEnsemble, MemberEnsemble, TeacherEnsemble, is_ensemble, load_saved,
                                        member_directory, plurality_counts, read_partition_key, save_head_ensemble,
@@ -58,7 +58,7 @@ def _train_teacher(dataset_name: str, out_dir: Path, config: TeacherConfig, prog
     clear_previous()
     announce_start(progress)
     model, training = train_classifier(dataset, config, progress)
-    save_model(out_dir, model, {**classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name,
+    save_model(out_dir, model, {**classifier_meta(config.arch, dataset.input_shape, dataset.class_names, dataset_name,
                                                   config.init), DATA_DIGEST: data_read(dataset, dataset_name)[0]})
     report = {"dataset": dataset.describe(), "arch": config.arch, "config": dataclasses.asdict(config),
               "accuracy": {"teacher": training["test_accuracy"]}, "history": training["history"],
@@ -88,7 +88,7 @@ def _pretrain(dataset_name: str, public: str | None, public_size: int, config: "
     clear_previous()
     announce_start(progress)
     encoder, training = pretrain_contrastive(split.pool, evaluation.num_classes, config, progress)
-    meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.num_classes, dataset_name),
+    meta = {**classifier_meta(config.arch, evaluation.input_shape, evaluation.class_names, dataset_name),
             "kind": "encoder", "pretrained_on": split.description, PUBLIC_POOL: dataclasses.asdict(split.source)}
     save_model(out_dir, encoder, meta, name=ENCODER)
     report = {"method": "contrastive pretraining (SimCLR)", "dataset": dataset_name, "public": split.description,
@@ -154,7 +154,7 @@ def _train_teacher_ensemble(dataset_name: str, out_dir: Path, config: TeacherCon
     if not resume:
         state.mkdir(parents=True)
         write_json(plan_path, settings)
-    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.class_names, dataset_name, config.init)
     members, models = [], []
     for index, part in enumerate(parts):
         record_path = state / f"member-{index:03d}.json"
@@ -209,7 +209,7 @@ def _train_head_ensemble(dataset: ImageDataset, settings: dict[str, Any], out_di
     ensemble = HeadEnsemble(encoder, weight, bias).eval()
     training_seconds = time.perf_counter() - started
     test_accuracy, vote_accuracy, member_accuracies = _ensemble_accuracies(ensemble, dataset, config.device)
-    meta = classifier_meta(config.arch, dataset.input_shape, dataset.num_classes, dataset_name, config.init)
+    meta = classifier_meta(config.arch, dataset.input_shape, dataset.class_names, dataset_name, config.init)
     save_head_ensemble(out_dir, ensemble, {**meta, "encoder": str(config.init)},
                        {"partition": partition, "dataset": dataset_name, "arch": config.arch,
                         "test_accuracy": test_accuracy, DATA_DIGEST: digest})
@@ -271,11 +271,11 @@ def _ensemble_accuracies(ensemble: TeacherEnsemble, dataset: ImageDataset, devic
 
 
 def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dict[str, Any]:
-    """Accuracy of a saved model (models/ensemble.load_saved picks it) on a data set's real test split, and which
-    images that was: test images the model learnt from as public images (its starting encoder's pool, or a PATE
-    student's) are left out and said so, or, where none would remain, warned about."""
+    """Accuracy of a saved model (models/ensemble.load_saved picks it) on a data set's real test split, its classes'
+    names, and which images that was: test images the model learnt from as public images (its starting encoder's
+    pool, or a PATE student's) are left out and said so, or, where none would remain, warned about."""
     model, meta, path = load_saved(model_dir, name)
-    dataset = evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]))
+    dataset = evaluation_set(dataset_name, tuple(meta["in_shape"]), int(meta["num_classes"]), saved_class_names(meta))
     total = len(dataset.y_test)
     seen = PoolSource(**meta[PUBLIC_POOL]).shared_test_images(dataset.name) if meta.get(PUBLIC_POOL) else 0
     start = seen if seen < total else 0
@@ -289,7 +289,7 @@ def evaluate(model_dir: Path, dataset_name: str, name: str | None = None) -> dic
                         f"{outcome}")
     measured = {"dataset": dataset.name, "split": "test", "images": total - start, "indices": [start, total],
                 "of": total}
-    return {"model": str(path), "dataset": dataset_name,
+    return {"model": str(path), "dataset": dataset_name, CLASS_NAMES: list(model_class_names(meta, dataset)),
             "accuracy": accuracy(model, dataset.x_test[start:], dataset.y_test[start:]), "n_test": total - start,
             "measured_on": measured, "warnings": warnings}
 
@@ -312,7 +312,7 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
     code_kept = factory_code(factory, code)  # refused before anything is written: a folder that is not its code
     out_dir.mkdir(parents=True, exist_ok=True)
     arch, kept = keep_factory(factory, code_kept, out_dir)
-    meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
+    meta = {**classifier_meta(arch, dataset.input_shape, dataset.class_names, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
     if declared is None:  # a model trained without DP on these data (as --dataset says): its releases are theirs
         meta[DATA_DIGEST] = data_read(dataset, dataset_name)[0]

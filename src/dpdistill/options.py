@@ -33,8 +33,15 @@ SEED_HELP = "seeds what is not private (initialisation, order); the privacy nois
 REPRODUCIBLE_NOISE_HELP = "noise from --seed: debugging only, NO privacy guarantee"
 SAMPLE_SOURCE_HELP = "ask about the images of this `dpdistill synthesize` --out; its epsilon counts in --epsilon"
 ENSEMBLE_HELP = "a teacher ensemble's directory (made by train-teacher --partitions M)"
+# every kind of data set a --dataset option reads (dataset_help)
+DATASETS = "fmnist, mnist, digits, a folder of images by class, a folder of IDX files, or an .npz"
 RESUME_FROM_ANSWERS_HELP = ("continue the interrupted run in --out from its released answers, with its saved "
                             "settings (other options are then ignored)")
+
+
+def dataset_help(role: str) -> str:
+    """A --dataset option's help: what the data set is for, then every kind of data set a command reads."""
+    return f"{role}: {DATASETS}"
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, min: float | None = None,

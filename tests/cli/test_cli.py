@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from dpdistill import runs
 from dpdistill.cli.main import app
 
-from helpers import write_idx_folder
+from helpers import write_idx_folder, write_image_folder
 
 runner = CliRunner()
 
@@ -274,6 +274,18 @@ def test_an_out_that_cannot_hold_the_run_is_refused_before_any_work(tmp_path: Pa
     result = invoke(*command, "--out", tmp_path / where)
     assert result.exit_code == 2 and message in " ".join(result.output.split())
     assert "Traceback" not in result.output and (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", [("train-teacher",), ("train-private", "--epsilon", "1")])
+def test_a_misspelt_class_folder_is_refused_in_one_line_before_any_work(tmp_path: Path, command):
+    root = write_image_folder(tmp_path / "pets")
+    (root / "test" / "dog").rename(root / "test" / "dgo")
+    result = invoke(*command, "--dataset", root, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(f"error: class folders in one split only: {root / 'train' / 'dog'} (not in test/, "
+                                    f"whose classes are cat, dgo, emu); {root / 'test' / 'dgo'} (not in train/, whose "
+                                    f"classes are cat, dog, emu)")
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_unwritable_out_is_refused(tmp_path: Path, monkeypatch):

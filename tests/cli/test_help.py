@@ -11,6 +11,7 @@ import pytest
 import typer
 
 from dpdistill.cli.main import app
+from dpdistill.options import DATASETS
 
 WIDTH = 80
 
@@ -59,3 +60,12 @@ def test_help_fits_80_columns_whole(path: tuple[str, ...], command: Any, helps: 
     words = set(re.findall(r"[\w-]+", text))
     # each option and subcommand named in one piece (a party's two-word command on one line)
     assert [name for name in names if name not in (text if " " in name else words)] == []
+
+
+def test_every_data_set_option_names_every_kind_of_data_set():
+    """A --dataset (or DATASET) that reads a data set says it may be a folder of images by class, and the rest."""
+    helps = {" ".join(path): parameter.help for path, command in COMMANDS for parameter in command.params
+             if parameter.name == "dataset" and not isinstance(parameter.type, click.Choice)}  # demo's two choices
+    assert {"train-teacher", "train-private", "evaluate", "transcribe", "pate", "synthesize", "release",
+            "federated", "import-teacher", "budget", "audit", "pretrain", "plan"} <= set(helps)
+    assert {path: text for path, text in helps.items() if not text.endswith(DATASETS)} == {}

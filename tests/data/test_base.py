@@ -54,8 +54,30 @@ def test_num_classes_is_inferred_from_the_public_labels_or_given():
 def test_describe_is_json_able():
     description = _build(np.zeros((6, 4, 4), dtype=np.uint8)).describe()
     assert json.loads(json.dumps(description)) == {
-        "name": "toy", "input_shape": [1, 4, 4], "num_classes": 3, "n_train": 6, "n_test": 4,
-        "source": "made up by a test", "normalisation": "[-1, 1] (x / max * 2 - 1)"}
+        "name": "toy", "input_shape": [1, 4, 4], "num_classes": 3, "class_names": ["0", "1", "2"], "n_train": 6,
+        "n_test": 4, "source": "made up by a test", "normalisation": "[-1, 1] (x / max * 2 - 1)"}
+
+
+def test_class_names_give_the_number_of_classes_and_name_classes_in_warnings():
+    x = np.zeros((6, 4, 4), dtype=np.uint8)
+    with pytest.warns(UserWarning, match=r"class\(es\) 3 \(owl\) of 4 have no training image"):
+        named = _build(x, class_names=["emu", "cat", "dog", "owl"])
+    assert named.num_classes == 4 and named.class_names == ("emu", "cat", "dog", "owl")
+    assert named.describe()["class_names"] == ["emu", "cat", "dog", "owl"]
+    with pytest.warns(UserWarning, match=r"class\(es\) 3 of 4 have no training image"):  # unnamed: the label alone
+        _build(x, num_classes=4)
+    with pytest.raises(DatasetError, match=r"every training image is of class 1 \(cat\)"):
+        _build(x, y_train=np.ones(6, dtype=np.int64), class_names=["emu", "cat", "dog"])
+
+
+@pytest.mark.parametrize("names, message", [
+    (["emu", "cat"], "2 class names for 3 classes: give one name a class, in label order"),
+    (["emu", "cat", "emu"], "class names must be distinct, non-empty strings"),
+    (["emu", "", "dog"], "class names must be distinct, non-empty strings"),
+])
+def test_bad_class_names_are_clear_errors(names, message):
+    with pytest.raises(DatasetError, match=message):
+        _build(np.zeros((6, 4, 4), dtype=np.uint8), num_classes=3, class_names=names)
 
 
 @pytest.mark.parametrize("arrays, message", [

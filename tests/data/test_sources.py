@@ -100,6 +100,23 @@ def test_npz_ids_name_the_training_images_and_default_to_content_digests(tmp_pat
     assert dataset.train_subset(torch.tensor([3, 1])).ids_train.tolist() == [-4, 7]  # the ids go along
 
 
+def test_npz_class_names_name_the_classes_and_count_them(tmp_path: Path):
+    arrays = {"x_train": np.zeros((6, 4, 4)), "y_train": np.arange(6) % 3, "x_test": np.zeros((3, 4, 4)),
+              "y_test": np.arange(3)}
+    np.savez(tmp_path / "named.npz", **arrays, class_names=np.array(["emu", "cat", "dog", "owl"]))
+    with pytest.warns(UserWarning, match=r"class\(es\) 3 \(owl\) of 4 have no training image"):
+        named = load_dataset(str(tmp_path / "named.npz"))
+    assert named.class_names == ("emu", "cat", "dog", "owl") and named.num_classes == 4  # the names count them
+    np.savez(tmp_path / "plain.npz", **arrays)
+    assert load_dataset(str(tmp_path / "plain.npz")).class_names == ("0", "1", "2")
+    np.savez(tmp_path / "numbers.npz", **arrays, class_names=np.arange(3))
+    with pytest.raises(DatasetError, match="class_names must be a 1-D array of strings, one a class in label order"):
+        load_dataset(str(tmp_path / "numbers.npz"))
+    np.savez(tmp_path / "short.npz", **arrays, num_classes=np.int64(4), class_names=np.array(["emu", "cat", "dog"]))
+    with pytest.raises(DatasetError, match="3 class names for 4 classes"):
+        load_dataset(str(tmp_path / "short.npz"))
+
+
 @pytest.mark.parametrize("ids, message", [
     (np.arange(4), r"ids_train must be int64 of shape \(5,\), one id per training image, got torch.int64 \(4,\)"),
     (np.array([1, 2, 3, 2, 1]), "ids_train repeats 2 ids: give each training image its own id"),
@@ -161,6 +178,7 @@ def test_digits_is_embedded_with_a_stratified_split():
     train_counts, test_counts = torch.bincount(dataset.y_train), torch.bincount(dataset.y_test)
     assert ((test_counts / (train_counts + test_counts) - 0.2).abs() < 0.01).all()
     assert torch.equal(load_dataset("digits").y_test, dataset.y_test)  # the split is fixed
+    assert dataset.class_names == tuple("0123456789")
 
 
 def test_a_built_in_training_image_is_named_by_its_index_in_the_file():
@@ -184,7 +202,9 @@ def test_missing_fmnist_says_how_to_install(tmp_path: Path, monkeypatch):
 def test_fmnist_directory_can_be_overridden(tmp_path: Path, monkeypatch):
     write_idx_folder(tmp_path)
     monkeypatch.setenv("DPDISTILL_FMNIST_DIR", str(tmp_path))
-    assert load_dataset("fmnist").num_classes == 10
+    dataset = load_dataset("fmnist")
+    assert dataset.num_classes == 10 and dataset.class_names[0] == "T-shirt/top"
+    assert dataset.class_names[9] == "Ankle boot"
     assert {s.name: s for s in list_datasets()}["fmnist"].detail == str(tmp_path)
 
 
@@ -272,7 +292,7 @@ def test_real_mnist_10k(home: Path):
     test_counts = torch.bincount(dataset.y_test)
     assert ((test_counts - torch.tensor(MNIST_COUNTS) * 0.2).abs() <= 1).all()
     assert dataset.x_train.min().item() == -1.0 and dataset.x_train.max().item() == 1.0
-    assert "8,000 train / 2,000 test" in dataset.source
+    assert "8,000 train / 2,000 test" in dataset.source and dataset.class_names == tuple("0123456789")
 
 
 def test_the_number_of_classes_comes_from_public_labels_or_a_declaration(tmp_path: Path):

@@ -180,3 +180,10 @@ def test_kinds_are_not_interchangeable(tmp_path):
     _save_teacher(tmp_path)
     with pytest.raises(CheckpointError, match="holds a classifier, not a generator"):
         load_generator(tmp_path, name="model")
+
+
+def test_class_names_are_read_from_a_description_and_refused_when_garbled():
+    assert checkpoint.saved_class_names({**_meta(num_classes=2), "class_names": ["cat", "dog"]}) == ("cat", "dog")
+    assert checkpoint.saved_class_names(_meta()) is None  # saved before descriptions held them
+    with pytest.raises(CheckpointError, match="holds class_names that are not one string a class"):
+        checkpoint.saved_class_names({**_meta(num_classes=3), "class_names": ["cat", "dog"]})

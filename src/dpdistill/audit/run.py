@@ -208,7 +208,7 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
         if config.inversion:
             inversion = invert(model, dataset.x_train, dataset.y_train, dataset.num_classes, config.device)
             save_image_grid(inversion.images, out_dir / "inversion.png", columns=dataset.num_classes,
-                            labels=list(range(dataset.num_classes)))
+                            titles=dataset.class_names)
             report["inversion"] = {"class_match": inversion.class_match, "correlation": inversion.correlation,
                                    "image": "inversion.png"}
         save_score_histogram(scores[scorer], included, out_dir / "scores.png", SCORERS[scorer])

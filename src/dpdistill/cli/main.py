@@ -16,7 +16,7 @@ from dpdistill.cli.declared import CommandsWithDeclared
 from dpdistill.cli.output import clear_errors, progress_display, summary, warn
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
-from dpdistill.options import OVERWRITE_OPTION, SEED_HELP
+from dpdistill.options import OVERWRITE_OPTION, SEED_HELP, dataset_help
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
@@ -58,6 +58,9 @@ def data_import(
     size: Optional[str] = typer.Option(None, help="resize every image to HxW (e.g. 32x32) [default: keep the one "
                                                   "size they share]"),
     channels: Optional[int] = typer.Option(None, help="1 (grey) or 3 (RGB) [default: 1 where every image is grey]"),
+    dataset_size: Optional[int] = typer.Option(None, min=1, help="the training set's size as you publish it, kept as "
+                                                                 "the .npz's declared_size (DP-SGD's sampling rate "
+                                                                 "and steps come from it) [default: none declared]"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT if it exists"),
 ) -> None:
     """Read a folder of images by class into one .npz.
@@ -73,10 +76,11 @@ def data_import(
         raise ConfigError(f"--out {out} must end in .npz")
     if out.exists() and not overwrite:
         raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
-    written = import_image_folder(folder, out, None if size is None else parse_size(size), channels)
+    written = import_image_folder(folder, out, None if size is None else parse_size(size), channels, dataset_size)
     names = ", ".join(written["classes"][:10]) + (", ..." if len(written["classes"]) > 10 else "")
+    declared = "" if dataset_size is None else f", declared training-set size {dataset_size}"
     summary.print(f"{out}: {written['train']} train and {written['test']} test images of shape "
-                  f"{'x'.join(map(str, written['shape']))}, {len(written['classes'])} classes ({names})",
+                  f"{'x'.join(map(str, written['shape']))}, {len(written['classes'])} classes ({names}){declared}",
                   highlight=False)
 
 
@@ -90,7 +94,8 @@ class Have(str, Enum):
 @app.command("plan")
 @clear_errors
 def plan_command(
-    dataset: str = typer.Option("fmnist", help="the data set you hold (the figures were measured on Fashion-MNIST)"),
+    dataset: str = typer.Option("fmnist", help=dataset_help("the data set you hold (the figures were "
+                                                                            "measured on Fashion-MNIST)")),
     epsilon: float = typer.Option(..., help="the privacy budget you can spend"),
     have: Have = typer.Option(Have.data, help="model: a model trained without privacy; data: the private data; "
                                               "public: the data and public unlabelled images; owners: several "
@@ -146,7 +151,7 @@ def cache_command(clear: bool = typer.Option(False, "--clear", help="remove ever
 @app.command("train-teacher")
 @clear_errors
 def train_teacher_command(
-    dataset: str = typer.Option(..., help="fmnist, mnist, digits, a folder of IDX files, or an .npz"),
+    dataset: str = typer.Option(..., help=dataset_help("the private data the teacher learns")),
     out: Path = typer.Option(..., help="directory for model.safetensors, meta.json and report.json"),
     arch: str = typer.Option("cnn", help="architecture name or module:callable"),
     epochs: int = typer.Option(5, min=1),
@@ -234,8 +239,8 @@ def federated_owner_command(
 def budget_command(
     teacher: Optional[Path] = typer.Argument(None, help="a teacher's or teacher ensemble's directory, or a "
                                                          "federation's owners' directory"),
-    dataset: Optional[str] = typer.Option(None, help="instead of a teacher, a data set: every release computed "
-                                                     "from it (fmnist, mnist, digits, a folder or an .npz)"),
+    dataset: Optional[str] = typer.Option(None, help=dataset_help("instead of a teacher, a data set, whose every "
+                                                                  "release it shows")),
     set_: Optional[float] = typer.Option(None, "--set", help="set or change the total epsilon of its releases"),
     delta: Optional[float] = typer.Option(None, help="delta of the total set with --set [default: the delta the "
                                                      "spent epsilon is shown at]"),
@@ -287,7 +292,7 @@ def budget_command(
 @clear_errors
 def evaluate_command(
     model: Path = typer.Option(..., help="a teacher, imported teacher, teacher ensemble or run output directory"),
-    dataset: str = typer.Option(..., help="data set whose test split is used"),
+    dataset: str = typer.Option(..., help=dataset_help("the data set whose test split is used")),
     name: Optional[str] = typer.Option(None, help="model file stem (default: the teacher or ensemble, else student)"),
 ) -> None:
     """Accuracy of a saved model on a real test split. JSON on stdout.
@@ -311,8 +316,7 @@ def import_teacher_command(
     code: Optional[Path] = typer.Option(None, help="the folder of the model's code, its .py files kept with the "
                                                    "teacher [default: the factory file's folder]"),
     weights: Path = typer.Option(..., help="safetensors file of the network's state_dict, under its own keys"),
-    dataset: str = typer.Option(..., help="the data set it classifies: fmnist, mnist, digits, a folder of IDX "
-                                          "files, or an .npz"),
+    dataset: str = typer.Option(..., help=dataset_help("the data set it classifies")),
     out: Path = typer.Option(..., help="new or empty directory for model.safetensors, meta.json, the factory's "
                                        "code and report.json"),
     input_range: Optional[str] = typer.Option(None, help="LOW,HIGH: the pixel range the model was trained on, e.g. "
@@ -367,7 +371,8 @@ def demo_command(
 @app.command("pretrain")
 @clear_errors
 def pretrain_command(
-    dataset: str = typer.Option(..., help="the data set whose public pool is used (as in `dpdistill pate`)"),
+    dataset: str = typer.Option(..., help=dataset_help("the data set whose public pool is used (as in "
+                                                                    "`dpdistill pate`)")),
     out: Path = typer.Option(..., help="directory for encoder.safetensors, encoder.json and report.json"),
     public: Optional[str] = typer.Option(None, help="data set of the public images (default: the "
                                                     "first --public-size test images of --dataset)"),
@@ -397,7 +402,7 @@ def pretrain_command(
 @app.command("audit")
 @clear_errors
 def audit_command(
-    dataset: str = typer.Option(..., help="the private data set the canaries go into"),
+    dataset: str = typer.Option(..., help=dataset_help("the private data set the canaries go into")),
     out: Path = typer.Option(..., help="directory for report.json, report.md, scores.png, inversion.png and the "
                                        "route's run"),
     method: str = typer.Option("dpsgd", help="the audited route, as its method declares it: dpsgd, datalens, "

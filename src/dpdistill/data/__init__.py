@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from dpdistill.data.base import ImageDataset, from_arrays
-from dpdistill.data.folders import describe_classes, is_image_folder, read_image_folder
+from dpdistill.data.folders import is_image_folder, read_image_folder
 from dpdistill.paths import data_home
 from dpdistill.data.sources import (DatasetStatus, digits_status, fmnist_status, idx_files, load_digits, load_fmnist,
                                     load_idx_folder, load_mnist, load_npz, mnist_status)
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import describe_classes
 
 
 class BuiltIn(NamedTuple):
@@ -57,7 +58,7 @@ def load_dataset(name_or_path: str) -> ImageDataset:
 def load_image_folder(folder: Path) -> ImageDataset:
     """A folder of images by class, read as it is (one size, grey or RGB): `data import` resizes."""
     arrays, classes = read_image_folder(folder)
-    return from_arrays(folder.resolve().name, **arrays, num_classes=len(classes),
+    return from_arrays(folder.resolve().name, **arrays, class_names=classes,
                        source=f"user images in {folder}, with their own train/test split; classes "
                               f"{describe_classes(classes)}")
 

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -41,10 +41,14 @@ class ImageDataset:
     # (`declared_size`); None: unknown, and nothing released may be computed from the exact count
     declared_size: int | None = None
     ids_source: str = "given"  # where the ids come from: the data's own ("given"), or CONTENT_IDS
+    # each label's name, in label order, published with every model like num_classes (a folder's class folders, an
+    # .npz's class_names, a built-in set's documented names); () becomes the labels themselves: "0", "1", ...
+    class_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
             raise DatasetError(f"{self.name}: num_classes must be a positive integer, got {self.num_classes!r}")
+        object.__setattr__(self, "class_names", checked_class_names(self.name, self.class_names, self.num_classes))
         for split in SPLITS:
             images, labels = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if images.dtype != torch.float32 or images.dim() != 4:
@@ -103,8 +107,32 @@ class ImageDataset:
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for reports, so a reader knows exactly which data a result is about."""
         return {"name": self.name, "input_shape": list(self.input_shape), "num_classes": self.num_classes,
-                "n_train": len(self.y_train), "n_test": len(self.y_test), "source": self.source,
-                "normalisation": NORMALISATION}
+                "class_names": list(self.class_names), "n_train": len(self.y_train), "n_test": len(self.y_test),
+                "source": self.source, "normalisation": NORMALISATION}
+
+
+def checked_class_names(name: str, class_names: Sequence[str], num_classes: int) -> tuple[str, ...]:
+    """One distinct, non-empty name a class (the labels themselves where none are given), refused otherwise."""
+    if not class_names:
+        return label_names(num_classes)
+    names = tuple(class_names)
+    if len(names) != num_classes:
+        raise DatasetError(f"{name}: {len(names)} class names for {num_classes} classes: give one name a class, in "
+                           f"label order")
+    if not all(isinstance(class_name, str) and class_name for class_name in names) or len(set(names)) < len(names):
+        raise DatasetError(f"{name}: class names must be distinct, non-empty strings, got {list(names)[:12]}")
+    return names
+
+
+def label_names(num_classes: int) -> tuple[str, ...]:
+    """The names of classes that have none but their labels: "0", "1", ..."""
+    return tuple(str(label) for label in range(num_classes))
+
+
+def class_label(label: int, class_names: Sequence[str]) -> str:
+    """A class as a message names it: its label, with its name where it has one other than the label itself."""
+    name = class_names[label] if 0 <= label < len(class_names) else str(label)
+    return str(label) if name == str(label) else f"{label} ({name})"
 
 
 def content_ids(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -174,11 +202,13 @@ def _ids_to_tensor(name: str, ids: Any) -> torch.Tensor:
 
 
 def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, source: str,
-                num_classes: int | None = None, ids_train: Any = None, declared_size: Any = None) -> ImageDataset:
+                num_classes: int | None = None, ids_train: Any = None, declared_size: Any = None,
+                class_names: Sequence[str] = ()) -> ImageDataset:
     """Build a dataset from numpy arrays, so every source shares one set of checks and one normalisation.
 
-    num_classes defaults to the largest test label + 1 (the public labels: it is published with every model);
-    ids_train (each training example's stable id, see ImageDataset) to digests of each example's content.
+    num_classes defaults to the number of class names where they are given, else to the largest test label + 1
+    (the public labels: it is published with every model); ids_train (each training example's stable id, see
+    ImageDataset) to digests of each example's content.
     """
     images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
     labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}
@@ -188,30 +218,36 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
                                f"{len(labels[split])} labels; give one label per image")
         if len(images[split]) == 0:
             raise DatasetError(f"{name}: the {split} split is empty; give it at least one image")
+    if num_classes is None and class_names:
+        num_classes = len(class_names)
     if num_classes is None:  # from the public labels only: a class only the private labels hold stays private
         num_classes = int(labels["test"].max()) + 1
         if int(labels["train"].max()) >= num_classes:
             raise DatasetError(f"{name}: y_train holds class {int(labels['train'].max())}, which no test label holds: "
                                f"the number of classes is published with every model, so it must not come from the "
-                               f"private labels; declare it (num_classes in the .npz), or relabel")
-    check_classes(name, labels["train"], num_classes)
+                               f"private labels; declare it (num_classes or class_names in the .npz), or relabel")
+    names = checked_class_names(name, class_names, num_classes)
+    check_classes(name, labels["train"], names)
     ids = None if ids_train is None else _ids_to_tensor(name, ids_train)
     return ImageDataset(name, images["train"], labels["train"], images["test"], labels["test"], num_classes, source,
-                        ids, None if declared_size is None else _declared_size(name, declared_size))
+                        ids, None if declared_size is None else _declared_size(name, declared_size),
+                        class_names=names)
 
 
-def check_classes(name: str, y_train: torch.Tensor, num_classes: int) -> None:
+def check_classes(name: str, y_train: torch.Tensor, class_names: Sequence[str]) -> None:
     """Refuse training data of one class (nothing to tell apart: any model is "100%" on it); warn of a class with
-    no training example (a model can never predict it: often labels not numbered 0..K-1)."""
+    no training example (a model can never predict it: often labels not numbered 0..K-1). Classes are named by
+    label and name."""
     present = torch.unique(y_train)
     if len(present) < 2:
-        raise DatasetError(f"{name}: every training image is of class {int(present[0])}: a classifier needs at "
-                           f"least two classes")
-    missing = sorted(set(range(num_classes)) - set(present.tolist()))
+        raise DatasetError(f"{name}: every training image is of class {class_label(int(present[0]), class_names)}: "
+                           f"a classifier needs at least two classes")
+    missing = sorted(set(range(len(class_names))) - set(present.tolist()))
     if missing:
-        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-        warnings.warn(f"{name}: class(es) {shown} of {num_classes} have no training image, so no model learns them; "
-                      f"if the labels are not numbered 0..K-1, relabel them", stacklevel=2)
+        shown = ", ".join(class_label(label, class_names) for label in missing[:10]) + (
+            ", ..." if len(missing) > 10 else "")
+        warnings.warn(f"{name}: class(es) {shown} of {len(class_names)} have no training image, so no model learns "
+                      f"them; if the labels are not numbered 0..K-1, relabel them", stacklevel=2)
 
 
 def _declared_size(name: str, value: Any) -> int:

@@ -1,19 +1,23 @@
 """Image folders as a data source: `DIR/train/CLASS/*.png|jpg|...` and `DIR/test/CLASS/*`, torchvision's
-ImageFolder layout per split, read with Pillow. The class folders' names, sorted, give the label order (the same in
-both splits: a class missing from one split is still a class), so they are part of what a model publishes.
+ImageFolder layout per split, read with Pillow. The class folders' names, sorted, give the label order and the
+classes' names, so they are part of what a model publishes; both splits must name the same classes (a folder in one
+split only is most often a misspelling, which would become a class of its own).
 
 Every image of a folder must have one size unless a size is asked for (`size`: each image resized to it); the
-channels are one (grey) where every image is grey, else three (RGB), unless asked for. Reading tens of thousands
+channels are one (grey) where every image is grey, else three (RGB, with a warning where grey and colour images
+mix: a few colour images would triple the cost of a grey data set), unless asked for. Reading tens of thousands
 of files takes a while: `dpdistill data import FOLDER --out data.npz` reads them once into an .npz that every
 command then loads in a second."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import list_classes
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "test")
@@ -26,18 +30,35 @@ def is_image_folder(folder: Path) -> bool:
 
 
 def class_names(folder: Path) -> list[str]:
-    """The classes: every class folder of either split, sorted (hidden folders aside)."""
-    names = {entry.name for split in SPLIT_FOLDERS for entry in (folder / split).iterdir()
-             if entry.is_dir() and not entry.name.startswith(".")}
+    """The classes: the class folders both splits hold, sorted (hidden folders aside); a class folder in one split
+    only is refused, naming it and the other split's classes."""
+    held = {split: {entry.name for entry in (folder / split).iterdir()
+                    if entry.is_dir() and not entry.name.startswith(".")} for split in SPLIT_FOLDERS}
+    alone = _in_one_split_only(folder, held)
+    if alone:
+        raise DatasetError(f"class folders in one split only: {'; '.join(alone)}. Both splits must name the same "
+                           f"classes (a misspelt folder would otherwise be a class of its own): rename or remove them")
+    names = held[SPLIT_FOLDERS[0]]
     if len(names) < 2:
         raise DatasetError(f"{folder} has {len(names)} class folder(s) under train/ and test/: an image folder needs "
                            f"at least two, as {folder}/train/CLASS/*.png and {folder}/test/CLASS/*.png")
     return sorted(names)
 
 
+def _in_one_split_only(folder: Path, held: dict[str, set[str]]) -> list[str]:
+    """Each split's class folders the other split lacks, with the other split's classes."""
+    found = []
+    for split, other in zip(SPLIT_FOLDERS, reversed(SPLIT_FOLDERS)):
+        extra = sorted(held[split] - held[other])
+        if extra:
+            classes = (f"whose classes are {list_classes(sorted(held[other]))}" if held[other]
+                       else "which holds no class folder")
+            found.append(f"{', '.join(str(folder / split / name) for name in extra)} (not in {other}/, {classes})")
+    return found
+
+
 def _image_files(folder: Path, split: str, classes: list[str]) -> list[tuple[Path, int]]:
-    files = [(path, label) for label, name in enumerate(classes) if (folder / split / name).is_dir()
-             for path in sorted((folder / split / name).iterdir())
+    files = [(path, label) for label, name in enumerate(classes) for path in sorted((folder / split / name).iterdir())
              if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
         raise DatasetError(f"{folder / split} holds no images ({', '.join(IMAGE_SUFFIXES)}) in its class folders")
@@ -53,7 +74,7 @@ def read_image_folder(folder: Path, size: tuple[int, int] | None = None, channel
     classes = class_names(folder)
     files = {split: _image_files(folder, split, classes) for split in SPLIT_FOLDERS}
     if channels is None:
-        channels = 1 if all(_mode(path) in GREY_MODES for split in SPLIT_FOLDERS for path, _ in files[split]) else 3
+        channels = _channels(folder, [path for split in SPLIT_FOLDERS for path, _ in files[split]])
     if channels not in (1, 3):
         raise DatasetError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
     arrays: dict[str, np.ndarray] = {}
@@ -82,6 +103,18 @@ def read_image_folder(folder: Path, size: tuple[int, int] | None = None, channel
     return arrays, classes
 
 
+def _channels(folder: Path, paths: list[Path]) -> int:
+    """1 where every image is grey, else 3; a mix is warned about, with its counts and the way to one channel."""
+    grey = sum(_mode(path) in GREY_MODES for path in paths)
+    colour = len(paths) - grey
+    if grey and colour:
+        warnings.warn(f"{folder} holds {colour:,} colour and {grey:,} grey images, so every image is read as RGB: a "
+                      f"3-channel model, slower, with 3 times the feature cache of grey; if the data are grey, "
+                      f"convert the colour ones to grey, or read the folder as grey with `dpdistill data "
+                      f"import {folder} --channels 1 --out data.npz`", stacklevel=3)
+    return 1 if not colour else 3
+
+
 def _mode(path: Path) -> str:
     from PIL import Image, UnidentifiedImageError
 
@@ -94,12 +127,6 @@ def _mode(path: Path) -> str:
 
 def _size(images: np.ndarray) -> str:
     return f"{images.shape[1]}x{images.shape[2]}"
-
-
-def describe_classes(classes: list[str]) -> str:
-    """The label order in words, for a data set's source line: `0 coat, 1 dress, ...`."""
-    shown = ", ".join(f"{label} {name}" for label, name in enumerate(classes[:12]))
-    return shown + (f", ... ({len(classes)} classes)" if len(classes) > 12 else "")
 
 
 def parse_size(text: str) -> tuple[int, int]:

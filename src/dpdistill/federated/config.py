@@ -12,7 +12,7 @@ from dpdistill.defaults import PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.graph import GRAPHS
 from dpdistill.federated.protocol import check_dropouts
-from dpdistill.options import SEED_HELP, setting
+from dpdistill.options import SEED_HELP, dataset_help, setting
 from dpdistill.training.teacher import TeacherConfig
 
 FEDERATED_METHODS = ("pate", "dpsd")
@@ -31,7 +31,7 @@ METHOD_SETTINGS = {"dpsd": ("preset", "iterations", "beta", "top_k"),
 class FederatedConfig:
     """A federation of `clients` data owners and the route that transcribes their teachers."""
 
-    dataset: str = setting(help="the private data, divided among the owners")
+    dataset: str = setting(help=dataset_help("the private data, divided among the owners"))
     clients: int = setting(help="M, the data owners (one Flower SuperNode each)")
     method: str = setting("pate", "pate: the owners' members vote on public images; dpsd: FedDPSD, their bounded "
                                   "gradients on synthetic images teach a student")

@@ -365,7 +365,8 @@ class FederatedJob(Job):
         def write_files(out_dir: Path, _report: dict[str, Any]) -> None:
             shutil.copyfile(answers_path, out_dir / ANSWERS_FILE)
 
-        meta = classifier_meta(pate.student_arch, server.evaluation.input_shape, num_classes, config.dataset)
+        meta = classifier_meta(pate.student_arch, server.evaluation.input_shape, server.evaluation.class_names,
+                               config.dataset)
         return Outcome(report=report, privacy=self._privacy(), covers=COVERS,
                        models={"student": (student, {**meta, PUBLIC_POOL: dataclasses.asdict(split.source)})},
                        private_record=self._owners_record, release=self.planned, write_files=write_files)
@@ -379,8 +380,9 @@ class FederatedJob(Job):
         if result is None:
             raise FederationError(f"every round was answered but the server stopped before keeping the student "
                                   f"({self._stopped(federation)}): --resume finishes it without asking again")
-        report, models, write_files = transcription_release(result, transcription, in_shape, num_classes,
-                                                            config.dataset, dataset=server.evaluation)
+        report, models, write_files = transcription_release(result, transcription, in_shape,
+                                                            server.evaluation.class_names, config.dataset,
+                                                            dataset=server.evaluation)
         report.update(federation=self._federation_report(federation, kept, lost),
                       engine_config=transcription.to_dict())
         sigma = server.query.total_sigma / GRID_STEPS  # the sum's noise in units of beta, as the seed states it

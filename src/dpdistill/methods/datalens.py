@@ -36,9 +36,10 @@ from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
                                          synthetic_files)
+from dpdistill.models.checkpoint import CLASS_NAMES
 from dpdistill.models.datalens import ConditionalGenerator
-from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, out_option,
-                               preset_options, resume_option, set_option)
+from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, dataset_help,
+                               out_option, preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, UncoveredRead, event_to_json, reproducible_noise_read
 from dpdistill.progress import Progress
 from dpdistill.reporting.synthesis import datalens_markdown
@@ -135,9 +136,10 @@ class DataLens(SynthesisMethod):
 
 def generator_meta(generator: ConditionalGenerator, config: DataLensConfig, dataset: ImageDataset) -> dict[str, Any]:
     return {"kind": "conditional-generator", "latent_dim": config.latent_dim, "num_classes": dataset.num_classes,
-            "out_shape": list(dataset.input_shape), "hidden": config.generator_hidden,
-            "width": config.generator_width, "latent_distribution": "uniform(-1, 1)", "dataset": config.dataset,
-            "normalisation": "[-1, 1]", "dpdistill_version": __version__}
+            CLASS_NAMES: list(dataset.class_names), "out_shape": list(dataset.input_shape),
+            "hidden": config.generator_hidden, "width": config.generator_width,
+            "latent_distribution": "uniform(-1, 1)", "dataset": config.dataset, "normalisation": "[-1, 1]",
+            "dpdistill_version": __version__}
 
 
 def synthesize(generator: ConditionalGenerator, count: int, seed: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,7 +203,7 @@ class DataLensJob(Job):
             private_record=lambda: {"train_images": len(dataset.y_train),
                                     "partition_sizes": self.trainer.part_sizes.tolist(),
                                     "teacher_history": result.teacher_history},
-            write_files=synthetic_files(images, labels, dataset.num_classes))
+            write_files=synthetic_files(images, labels, dataset.class_names))
 
 
 SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method in (DataLens(), DpMerf())}
@@ -265,7 +267,7 @@ PRESET_OPTIONS = {
 
 COMMAND = CommandSpec(
     name="synthesize", help="Make a private labelled synthetic set from the data.",
-    options=(Option("dataset", str, help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz",
+    options=(Option("dataset", str, help=dataset_help("the private data"),
                     field=False),
              out_option("directory for generator, synthetic.npz, samples.png, student and report"),
              Option("method", str, "datalens", "datalens (seed 003): N teacher discriminators, TopAgg; dp-merf: one "

@@ -118,4 +118,4 @@ class DpMerfJob(Job):
         return Outcome(report=report, privacy=privacy, covers=COVERS,
                        models={"student": student_model(student, config.student_arch, dataset, config.dataset)},
                        private_record=lambda: {"train_images": len(dataset.y_train)},
-                       write_files=synthetic_files(result.images, result.labels, dataset.num_classes))
+                       write_files=synthetic_files(result.images, result.labels, dataset.class_names))

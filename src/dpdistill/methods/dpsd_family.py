@@ -18,7 +18,7 @@ from dpdistill.methods.srr import SRR
 from dpdistill.methods.teachers import teacher_provenance
 from dpdistill.methods.transcription import TranscriptionMethod
 from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, SAMPLE_SOURCE_HELP, CommandSpec,
-                               Option, out_option, preset_options, resume_option, set_option)
+                               Option, dataset_help, out_option, preset_options, resume_option, set_option)
 from dpdistill.progress import Progress
 from dpdistill.runs import saved_config
 
@@ -120,7 +120,8 @@ COMMAND = CommandSpec(
              Option("accounting", Accounting, Accounting.sound, "sound (dp-accounting) or paper (reproduce the "
                                                                 "papers' tables)", field=False),
              *preset_options(PRESET_OPTIONS),
-             Option("dataset", str | None, None, "evaluation data set (default: the teacher's)", field=False),
+             Option("dataset", str | None, None, dataset_help("evaluation data set (default: the teacher's)"),
+                    field=False),
              Option("seed", int | None, None, "seeds initialisation and latent vectors, never the noise", field=False),
              Option("reproducible_noise", bool, False, REPRODUCIBLE_NOISE_HELP, show_default=False, field=False),
              Option("device", str | None, None, "cpu or cuda", field=False),

@@ -13,12 +13,13 @@ from typing import Any
 from dpdistill import __version__
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method, Source
-from dpdistill.models.checkpoint import save_model
+from dpdistill.methods.teachers import model_class_names
+from dpdistill.models.checkpoint import CLASS_NAMES, STUDENT, save_model
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.ledger import Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.progress import Progress, announce_start
-from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix,
+from dpdistill.reporting.report import (CONFUSION_FIGURE, classes_section, confusion_section, save_confusion_matrix,
                                        write_private_record, write_report)
 from dpdistill.runs import claim_out_dir, exclusive, release_state, write_config
 
@@ -83,10 +84,12 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
                        name=name)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
                   "seed": config.seed, "dpdistill_version": __version__}
-        markdown = method.markdown(report)
+        class_names = model_class_names(outcome.models[STUDENT][1], None)  # the released student's, by label
+        report[CLASS_NAMES] = list(class_names)
+        markdown = method.markdown(report) + classes_section(class_names)
         if outcome.confusion is not None:
             report["confusion"] = outcome.confusion.tolist()
-            save_confusion_matrix(outcome.confusion, out_dir / CONFUSION_FIGURE)
+            save_confusion_matrix(outcome.confusion, out_dir / CONFUSION_FIGURE, class_names)
             markdown += confusion_section()
         outcome.write_files(out_dir, report)
         write_report(out_dir, report, markdown)

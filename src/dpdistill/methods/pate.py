@@ -41,12 +41,13 @@ from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import confusion_counts, predict, probabilities, share_correct
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.lifecycle import execute
-from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
-                                       teacher_data_set)
+from dpdistill.methods.teachers import (classifier_meta, evaluation_set, model_class_names, read_teacher,
+                                       teacher_accuracy, teacher_data_set)
+from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads, plurality_counts
 from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP,
                                RESUME_FROM_ANSWERS_HELP, SAMPLE_SOURCE_HELP, SEED_HELP, CommandSpec, Option,
-                               field_options, out_option, resume_option, setting)
+                               dataset_help, field_options, out_option, resume_option, setting)
 from dpdistill.privacy.accounting import Cost, DiscreteLaplaceQuery
 from dpdistill.privacy.budget import PrivacyPlan, PrivacyRequest, plan_privacy
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
@@ -128,7 +129,7 @@ class PateConfig:
     augment_shift: int = setting(2, "translate training images by up to this many pixels (0: off)")
     batch_size: int = setting(128, "the student's images a step")
     lr: float = setting(1e-3, "Adam's learning rate")
-    dataset: str | None = setting(None, "evaluation data set (default: the teachers')")
+    dataset: str | None = setting(None, dataset_help("evaluation data set (default: the teachers')"))
     seed: int = setting(0, SEED_HELP)
     reproducible_noise: bool = setting(False, REPRODUCIBLE_NOISE_HELP, show_default=False)
     device: str = setting("cpu", "cpu or cuda")
@@ -475,7 +476,8 @@ class PateJob(Job):
         self.dataset_name = config.dataset or self.meta.get("dataset")
         if not self.dataset_name:
             raise ConfigError(f"the teachers in {teacher_dir} do not name their data set: give --dataset")
-        self.evaluation = evaluation_set(self.dataset_name, self.in_shape, num_classes)
+        self.evaluation = evaluation_set(self.dataset_name, self.in_shape, num_classes, saved_class_names(self.meta))
+        self.class_names = model_class_names(self.meta, self.evaluation)  # the student's: the teachers' classes
         self.config = self.pate = config  # what the lifecycle saves; PATE's settings (DGD saves more)
         self.teacher_dir, self.state_dir, self.progress = teacher_dir, state_dir, progress
         self.source = None if config.sample_source is None else load_sample_source(
@@ -561,7 +563,7 @@ class PateJob(Job):
         return Outcome(
             report=report, privacy={**privacy, **self.partition},
             covers=COVERS if self.source is None else SOURCE_COVERS,
-            models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, num_classes,
+            models={"student": (student, {**classifier_meta(config.student_arch, self.in_shape, self.class_names,
                                                             self.dataset_name, config.student_init),
                                           PUBLIC_POOL: dataclasses.asdict(split.source)})},  # it learnt from them
             private_record=lambda: {"accuracy": {"teacher": teacher_accuracy(

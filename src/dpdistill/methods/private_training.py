@@ -84,7 +84,7 @@ class PrivateTrainingJob(Job):
     def run(self, resume: bool) -> Outcome:
         config, dataset, method = self.config, self.dataset, self.method
         result = self.trainer.run(resume)
-        meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.num_classes, config.dataset,
+        meta = classifier_meta(config.student_arch, dataset.input_shape, dataset.class_names, config.dataset,
                                config.student_init)
         report = {"dataset": config.dataset,
                   "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},

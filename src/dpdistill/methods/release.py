@@ -25,8 +25,8 @@ from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
-from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, out_option, resume_option,
-                               set_option)
+from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, dataset_help, out_option,
+                               resume_option, set_option)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.progress import Progress, with_total
@@ -194,7 +194,7 @@ COMMAND = CommandSpec(
     name="release", help="Train a DP teacher and transcribe it for free.\n\nFrom the private data, one release under "
                          "one epsilon: a DP-SGD teacher, transcribed at no further budget into a student of any "
                          "architecture, a generator and a synthetic set.",
-    options=(Option("dataset", str, help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz",
+    options=(Option("dataset", str, help=dataset_help("the private data"),
                     field=False),
              out_option("directory for the student, the generator, synthetic.npz and the report; the DP teacher "
                         "goes to OUT/teacher"),

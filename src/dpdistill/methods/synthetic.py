@@ -9,7 +9,7 @@ import math
 import time
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -105,16 +105,17 @@ def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], T
 def student_model(student: Classifier, arch: str, dataset: ImageDataset,
                   dataset_name: str) -> tuple[Classifier, dict[str, Any]]:
     """The student as a public checkpoint."""
-    return student, classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name)
+    return student, classifier_meta(arch, dataset.input_shape, dataset.class_names, dataset_name)
 
 
-def synthetic_files(images: Tensor, labels: Tensor, num_classes: int) -> Callable[[Path, dict[str, Any]], None]:
-    """Writes synthetic.npz (x float32 in [-1, 1], y int64) and samples.png (ten per class, titled)."""
+def synthetic_files(images: Tensor, labels: Tensor, class_names: Sequence[str]
+                    ) -> Callable[[Path, dict[str, Any]], None]:
+    """Writes synthetic.npz (x float32 in [-1, 1], y int64) and samples.png (ten per class, titled with its name)."""
 
     def write(out_dir: Path, _report: dict[str, Any]) -> None:
         np.savez(out_dir / SYNTHETIC_FILE, x=images.numpy().astype(np.float32), y=labels.numpy().astype(np.int64))
-        shown = [torch.nonzero(labels == label).squeeze(1)[:GRID_PER_CLASS] for label in range(num_classes)]
+        shown = [torch.nonzero(labels == label).squeeze(1)[:GRID_PER_CLASS] for label in range(len(class_names))]
         save_image_grid(images[torch.cat(shown)], out_dir / "samples.png", columns=GRID_PER_CLASS,
-                        labels=[label for label, index in enumerate(shown) for _ in range(len(index))])
+                        titles=[name for name, index in zip(class_names, shown) for _ in range(len(index))])
 
     return write

@@ -4,20 +4,22 @@ accuracy (a private figure), and the description saved beside every classifier."
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from torch import nn
 
 from dpdistill import __version__
 from dpdistill.data import load_dataset
-from dpdistill.data.base import ImageDataset
+from dpdistill.data.base import ImageDataset, label_names
 from dpdistill.data.public import PUBLIC_POOL
 from dpdistill.errors import CheckpointError, DatasetError, DpDistillError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.models.checkpoint import ENCODER, STUDENT, read_meta
+from dpdistill.models.checkpoint import CLASS_NAMES, ENCODER, STUDENT, read_meta, saved_class_names
 from dpdistill.models.ensemble import is_ensemble, load_teacher, teacher_checkpoint
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.reporting.report import describe_classes
 from dpdistill.runs import REPORT_FILE
 from dpdistill.training.teacher import SCATTER_INIT
 
@@ -58,13 +60,14 @@ def teacher_provenance(teacher_dir: Path, meta: dict[str, Any] | None = None) ->
         raise CheckpointError(f"{report} does not state the run's privacy readably ({error}); restore it") from error
 
 
-def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, dataset_name: str | None,
+def classifier_meta(arch: str, in_shape: tuple[int, ...], class_names: Sequence[str], dataset_name: str | None,
                     init: str | None = None) -> dict:
-    """The description saved beside a classifier's weights, enough to rebuild it; with `init`, the pretrained
-    encoder it started from and the public pool that encoder saw (so `evaluate` can leave those images out)."""
+    """The description saved beside a classifier's weights, enough to rebuild it and to name its classes; with
+    `init`, the pretrained encoder it started from and the public pool that encoder saw (so `evaluate` can leave
+    those images out)."""
     meta = {"kind": "classifier", "arch": arch, "arch_options": {}, "in_shape": list(in_shape),
-            "num_classes": num_classes, "dataset": dataset_name, "normalisation": "[-1, 1]",
-            "dpdistill_version": __version__}
+            "num_classes": len(class_names), CLASS_NAMES: list(class_names), "dataset": dataset_name,
+            "normalisation": "[-1, 1]", "dpdistill_version": __version__}
     if init is None or init == SCATTER_INIT:  # random weights, or a fixed transform: no image seen
         return meta
     encoder = read_meta(Path(init), ENCODER)
@@ -72,15 +75,29 @@ def classifier_meta(arch: str, in_shape: tuple[int, ...], num_classes: int, data
             PUBLIC_POOL: encoder.get(PUBLIC_POOL)}
 
 
-def evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int) -> ImageDataset:
-    """The data set `name`, refused unless its images and classes are the model's."""
+def evaluation_set(name: str, in_shape: tuple[int, ...], num_classes: int,
+                   class_names: Sequence[str] | None = None) -> ImageDataset:
+    """The data set `name`, refused unless its images and number of classes are the model's; warned about where it
+    names its classes otherwise than the model (`class_names`): its accuracy then compares labels, not names."""
     dataset = load_dataset(name)
     if tuple(dataset.input_shape) != tuple(in_shape) or dataset.num_classes != num_classes:
         raise DatasetError(
             f"dataset {name!r} has inputs {dataset.input_shape} and {dataset.num_classes} classes, but the model "
             f"expects {tuple(in_shape)} and {num_classes}"
         )
+    if class_names is not None and tuple(class_names) != dataset.class_names:
+        warnings.warn(f"dataset {name!r} names its classes {describe_classes(dataset.class_names)}, the model "
+                      f"{describe_classes(class_names)}: accuracy compares them by label", stacklevel=2)
     return dataset
+
+
+def model_class_names(meta: dict[str, Any], dataset: ImageDataset | None) -> tuple[str, ...]:
+    """The classes a saved model tells apart, by label: as its description names them, else (a model saved before
+    descriptions held them) as its evaluation data set does, else by their labels."""
+    saved = saved_class_names(meta)
+    if saved is not None:
+        return saved
+    return dataset.class_names if dataset is not None else label_names(int(meta["num_classes"]))
 
 
 def teacher_accuracy(teacher: nn.Module, meta: dict[str, Any], dataset: ImageDataset | None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 from safetensors.torch import save_file
@@ -23,8 +23,9 @@ from dpdistill.methods.config import PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
                                          balanced_draw, evaluate_synthetic, synthetic_files)
-from dpdistill.methods.teachers import (classifier_meta, evaluation_set, read_teacher, teacher_accuracy,
-                                       teacher_data_set)
+from dpdistill.methods.teachers import (classifier_meta, evaluation_set, model_class_names, read_teacher,
+                                       teacher_accuracy, teacher_data_set)
+from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
@@ -105,7 +106,9 @@ class TranscriptionJob(Job):
         self.config = config
         self.in_shape, num_classes = tuple(self.meta["in_shape"]), int(self.meta["num_classes"])
         self.dataset_name = dataset_name or self.meta.get("dataset")
-        self.dataset = evaluation_set(self.dataset_name, self.in_shape, num_classes) if self.dataset_name else None
+        self.dataset = (evaluation_set(self.dataset_name, self.in_shape, num_classes, saved_class_names(self.meta))
+                        if self.dataset_name else None)
+        self.class_names = model_class_names(self.meta, self.dataset)  # the student's: the teacher's classes
         self.engine = TranscriptionEngine(config, self.teacher, self.in_shape, num_classes, self.dataset,
                                           out_dir / PRIVATE_DIR, progress)
         self.engine.plan.refuse_near_random()
@@ -142,9 +145,9 @@ class TranscriptionJob(Job):
             privacy = self.source.privacy(privacy, route)
         if self.provenance is not None:
             privacy = inherited_privacy(privacy, self.provenance)
-        report, models, write_files = transcription_release(result, config, self.in_shape,
-                                                            int(self.meta["num_classes"]), self.dataset_name,
-                                                            self.source is None, self.dataset, self._labeller())
+        report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
+                                                            self.dataset_name, self.source is None, self.dataset,
+                                                            self._labeller())
         if self.source is not None:
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
         if self.provenance is not None:  # a DP release's accuracy on public test images is public
@@ -187,7 +190,7 @@ def inherited_privacy(summary: dict[str, Any], teacher: Provenance) -> dict[str,
 
 
 def transcription_release(result: TranscriptionResult, config: TranscriptionConfig, in_shape: tuple[int, ...],
-                          num_classes: int, dataset_name: str | None, trained_generator: bool = True,
+                          class_names: Sequence[str], dataset_name: str | None, trained_generator: bool = True,
                           dataset: ImageDataset | None = None, labeller: tuple[nn.Module, str] | None = None
                           ) -> tuple[dict[str, Any], dict[str, Any], Callable[[Path, dict[str, Any]], None]]:
     """What a finished engine releases, wherever its teacher was: the report's accuracy, timing and history, the
@@ -201,7 +204,8 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
                          "samples_per_second": queries / max(result.wall_seconds, 1e-9),
                          "phases": result.phase_seconds},
               "history": result.history}
-    models = {"student": (result.student, classifier_meta(config.student_arch, in_shape, num_classes, dataset_name))}
+    num_classes = len(class_names)
+    models = {"student": (result.student, classifier_meta(config.student_arch, in_shape, class_names, dataset_name))}
     synthetic = None
     if config.synthetic_size and trained_generator:
         started = time.perf_counter()
@@ -220,12 +224,12 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
         if trained_generator:
             save_file({"latents": result.latents.cpu().contiguous()}, out_dir / "latents.safetensors")
         if synthetic is not None:
-            synthetic_files(*synthetic[:2], num_classes)(out_dir, _report)
+            synthetic_files(*synthetic[:2], class_names)(out_dir, _report)
         elif trained_generator:
             with torch.no_grad():
                 samples = result.generator(result.latents[:64])
             labels = predict(result.student, samples, device=config.device).tolist()
-            save_image_grid(samples, out_dir / "samples.png", labels=labels)
+            save_image_grid(samples, out_dir / "samples.png", titles=[class_names[label] for label in labels])
         save_training_curve(result.history, out_dir / "training.png")
 
     return report, models, write_files

@@ -5,7 +5,8 @@ A directory holds `<name>.safetensors` and `<name>.json`; a teacher directory (n
 
 The JSON description ("meta") holds `kind` ("classifier", "encoder", "head-ensemble" or "generator") and what
 rebuilds the model: `arch`, `arch_options`, `in_shape`, `num_classes` for a classifier or an encoder (`arch`
-may be a user's `module.path:callable`, re-imported on load), plus `members` and `feature_dim` for a head
+may be a user's `module.path:callable`, re-imported on load) and `class_names` (each label's name, public as
+`num_classes` is; models saved before it have none), plus `members` and `feature_dim` for a head
 ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
@@ -35,6 +36,7 @@ from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.models.transform import InputTransform, TransformedClassifier
 
 TEACHER = "model"
+CLASS_NAMES = "class_names"  # a description's names of the classes, by label
 STUDENT = "student"  # what transcribe, pate and train-private write: student.safetensors + student.json
 ENCODER = "encoder"  # a pretrained starting point (`dpdistill pretrain`): encoder.safetensors + encoder.json
 MAKERS = {TEACHER: ("teacher", "train one with `dpdistill train-teacher`, or give the directory of a run that released "
@@ -82,6 +84,19 @@ def read_meta(directory: Path, name: str) -> dict[str, Any]:
             return meta
     raise CheckpointError(f"{directory} has {weights.name} but no {' or '.join(_meta_names(name))} describing it; "
                           f"copy the description file along with the weights, or save the model again")
+
+
+def saved_class_names(meta: dict[str, Any]) -> tuple[str, ...] | None:
+    """The class names a model's description holds, by label; None where it holds none (saved before they were
+    kept)."""
+    names = meta.get(CLASS_NAMES)
+    if names is None:
+        return None
+    if not isinstance(names, list) or len(names) != meta.get("num_classes") or not all(
+            isinstance(name, str) for name in names):
+        raise CheckpointError(f"the description of a {meta['kind']} holds class_names that are not one string a "
+                              f"class ({names!r:.80}); restore it or save the model again")
+    return tuple(names)
 
 
 def _check_kind(meta: dict[str, Any], kind: str, directory: Path, name: str) -> None:

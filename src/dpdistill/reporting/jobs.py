@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpdistill.reporting.report import percent
+from dpdistill.reporting.report import describe_classes, percent
 
 
 def job_markdown(report: dict[str, Any], title: str) -> str:
     """The report of a job that releases nothing (a teacher, an ensemble, an encoder, an imported model): what it is,
     on which data, how accurate, and that it is private or public, not a release."""
     dataset = report.get("dataset")
-    rows = [("data set", dataset["name"] if isinstance(dataset, dict) else dataset), ("architecture", report.get("arch")),
-            ("public images", report.get("public"))]
+    described = dataset if isinstance(dataset, dict) else {"name": dataset}
+    rows = [("data set", described["name"]),
+            ("classes", describe_classes(described["class_names"]) if "class_names" in described else None),
+            ("architecture", report.get("arch")), ("public images", report.get("public"))]
     rows += [(name.replace("_", " "), percent(value)) for name, value in report.get("accuracy", {}).items()]
     if "ensemble" in report:
         rows += [("members", report["ensemble"]["members"]), ("layout", report["ensemble"]["layout"])]

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from torch import Tensor
@@ -69,24 +69,32 @@ def pyplot() -> ModuleType:
     return plt
 
 
-def save_plot(figure: Any, path: Path) -> None:
-    """Write a report's plot and close it. Its margins are fixed in inches (tick labels and an axis label left and
-    below, a little room elsewhere) instead of matplotlib's tight layout, which lays every text out once more to
-    measure it: a third of a figure's cost."""
+def save_plot(figure: Any, path: Path, left: float = 0.7, bottom: float = 0.5, right: float = 0.15) -> None:
+    """Write a report's plot and close it. Its margins are fixed in inches (`left` and `bottom` for tick labels and
+    an axis label, `right` for what stands beside the plot, a little room above) instead of matplotlib's tight
+    layout, which lays every text out once more to measure it: a third of a figure's cost."""
     width, height = figure.get_size_inches()
-    figure.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.5 / height, top=1 - 0.15 / height,
-                           wspace=0.3)
+    figure.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
+                           top=1 - 0.15 / height, wspace=0.3)
     figure.savefig(path, dpi=110)
     pyplot().close(figure)
 
 
-def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[int] | None = None) -> None:
-    """A grid of images in [-1, 1] (N, C, H, W), optionally titled with labels: one mosaic on one axes (an axes per
-    image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
+NAME_CHARS = 12  # the most characters of a class name a figure shows (a tile's width, a tick label's)
+
+
+def shown_name(name: str) -> str:
+    """A class name as a figure shows it: cut to NAME_CHARS characters."""
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
+def save_image_grid(images: Tensor, path: Path, columns: int = 16, titles: Sequence[str] | None = None) -> None:
+    """A grid of images in [-1, 1] (N, C, H, W), optionally titled (with their class names): one mosaic on one axes
+    (an axes per image took two seconds to lay out for 64 images, three to four for 100: a tenth of that now)."""
     pictures = ((images.detach().cpu().float().clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).numpy()
     count, height, width, channels = pictures.shape
     rows = max(1, math.ceil(count / columns))
-    gap, title = max(1, height // 8), (height // 2 if labels is not None else 0)  # pixels beside and above a tile
+    gap, title = max(1, height // 8), (height // 2 if titles is not None else 0)  # pixels beside and above a tile
     cell_height, cell_width = title + height + gap, width + gap
     mosaic = np.ones((rows * cell_height, columns * cell_width, channels), dtype=np.float32)  # white between tiles
     for index, picture in enumerate(pictures):
@@ -97,9 +105,9 @@ def save_image_grid(images: Tensor, path: Path, columns: int = 16, labels: list[
     axis = figure.add_axes((0, 0, 1, 1))
     axis.axis("off")
     axis.imshow(mosaic[..., 0] if channels == 1 else mosaic, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-    for index, label in enumerate(labels[:count] if labels is not None else []):
+    for index, text in enumerate(titles[:count] if titles is not None else []):
         axis.text(index % columns * cell_width + (width - 1) / 2, index // columns * cell_height + (title - 1) / 2,
-                  str(label), fontsize=6, ha="center", va="center")
+                  shown_name(text), fontsize=6, ha="center", va="center")
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
@@ -140,19 +148,22 @@ def save_training_curve(history: list[dict], path: Path) -> None:
 CONFUSION_FIGURE = "confusion.png"  # the released student's confusion matrix on the evaluation images
 
 
-def save_confusion_matrix(counts: Tensor, path: Path) -> None:
+def save_confusion_matrix(counts: Tensor, path: Path, class_names: Sequence[str]) -> None:
     """Each true class's images (rows) by predicted class (columns), as shares of the row, with the counts written
-    in: where a student confuses two classes, or calls everything one."""
+    in and the classes named on the axes: where a student confuses two classes, or calls everything one."""
     counts = counts.cpu().double()
     shares = (counts / counts.sum(1, keepdim=True).clamp(min=1)).numpy()
     classes = len(counts)
     plt = pyplot()
     size = max(3.5, 0.45 * classes + 1.5)
-    figure, axis = plt.subplots(figsize=(size, size * 0.85))
+    names = [shown_name(name) for name in class_names] if classes <= 20 else []  # beyond, nothing fits a cell
+    longest = max(map(len, names), default=0)
+    label_inches = 0.06 * longest  # the longest name at the ticks' 7 points
+    figure, axis = plt.subplots(figsize=(size + label_inches, (size + label_inches) * 0.85))
     image = axis.imshow(shares, cmap="Blues", vmin=0, vmax=1)
-    if classes <= 20:  # beyond, the numbers would not fit their cells
-        axis.set_xticks(range(classes))
-        axis.set_yticks(range(classes))
+    if names:
+        axis.set_xticks(range(classes), names, fontsize=7, rotation=90 if longest > 3 else 0)
+        axis.set_yticks(range(classes), names, fontsize=7)
         for row in range(classes):
             for column in range(classes):
                 axis.text(column, row, f"{int(counts[row, column])}", ha="center", va="center", fontsize=6,
@@ -160,7 +171,12 @@ def save_confusion_matrix(counts: Tensor, path: Path) -> None:
     axis.set_xlabel("predicted class")
     axis.set_ylabel("true class")
     figure.colorbar(image, ax=axis, label="share of the true class")
-    save_plot(figure, path)
+    save_plot(figure, path, left=0.5 + label_inches, bottom=0.4 + label_inches, right=0.45)  # the colour bar's label
+
+
+def classes_section(class_names: Sequence[str]) -> str:
+    """The report.md lines that name the classes by label (report.json's `class_names`)."""
+    return f"\n## Classes\n\nBy label: {describe_classes(class_names)}.\n"
 
 
 def confusion_section() -> str:
@@ -168,6 +184,19 @@ def confusion_section() -> str:
     return ("\n## Confusion matrix\n\nThe released student's predictions on the images its accuracy is measured on: "
             "each row a true class, each column a predicted class (counts in `report.json`'s `confusion`).\n\n"
             f"![confusion matrix]({CONFUSION_FIGURE})\n")
+
+
+CLASSES_SHOWN = 12  # the most classes a message or a report lists
+
+
+def list_classes(names: Sequence[str]) -> str:
+    """Class names as a message or a report lists them: the first CLASSES_SHOWN, then how many in all."""
+    return ", ".join(names[:CLASSES_SHOWN]) + (f", ... ({len(names)} classes)" if len(names) > CLASSES_SHOWN else "")
+
+
+def describe_classes(classes: Sequence[str]) -> str:
+    """The label order in words, for a data set's source line and a report: `0 coat, 1 dress, ...`."""
+    return list_classes([f"{label} {name}" for label, name in enumerate(classes)])
 
 
 def percent(value: float | None) -> str:

@@ -42,7 +42,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.data.partition import new_partition_key, partition_indices
 from dpdistill.errors import BudgetExceededError, ConfigError
 from dpdistill.models.datalens import ConditionalGenerator, DiscriminatorBank
-from dpdistill.options import setting
+from dpdistill.options import dataset_help, setting
 from dpdistill.privacy.accounting import (GaussianQuery, PrivacyLedger, calibrate, composed_epsilon,
                                           composed_epsilon_rdp, max_queries)
 from dpdistill.privacy.mechanisms import threshold_votes, thresholded_noisy_votes, top_k_stochastic_signs
@@ -55,7 +55,7 @@ from dpdistill.training.state import load_state, save_state
 class DataLensConfig:
     """Every knob of the paper and its official code (flag names in brackets); presets in methods/datalens.py."""
 
-    dataset: str = setting(help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz")
+    dataset: str = setting(help=dataset_help("the private data"))
     epsilon: float = setting(help="privacy budget (sound, replace-one); inf with sigma 0, the control")
     delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
     teachers: int = setting(1000, "N teacher discriminators, one per partition [teachers_batch x batch_teachers]")

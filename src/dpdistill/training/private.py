@@ -64,7 +64,7 @@ from dpdistill.data.public import public_split, whole_test_split
 from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.evaluation.metrics import confusion_counts, predict, share_correct
 from dpdistill.losses.distillation import soft_cross_entropy
-from dpdistill.options import setting
+from dpdistill.options import dataset_help, setting
 from dpdistill.progress import Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.training.state import load_state, save_state
@@ -141,7 +141,7 @@ def selection_note(config: "PrivateTrainingConfig") -> str | None:
 class PrivateTrainingConfig:
     """Every setting of a private-training run; checked on construction, so a bad value fails before any work."""
 
-    dataset: str = setting(help="the private data: fmnist, mnist, digits, a folder of IDX files, or an .npz")
+    dataset: str = setting(help=dataset_help("the private data"))
     method: str = setting("dpsgd", "dpsgd (Opacus DP-SGD: the student is covered) or dpdfd-direct (noisy targets "
                                    "from output gradients: NO formal guarantee for the student)")
     epsilon: float | None = setting(None, "privacy budget; the noise is calibrated to it unless --sigma")
