@@ -722,6 +722,9 @@ def run_one(run: Run, seed: int, out: Path, quick: bool) -> Result | None:
 def _load(run: Run, seed: int, directory: Path) -> Result:
     measured = json.loads((directory / "measured.json").read_text())
     report = json.loads((directory / "report.json").read_text())
+    record = directory / "private" / "record.json"  # an audit's inversion match: this public data's, so shown
+    if "inversion" in report and record.exists():
+        report["inversion"] |= json.loads(record.read_text()).get("inversion", {})
     return Result(run.name, seed, report, measured["wall_seconds"], measured["peak_rss_mb"],
                   {"command": measured["command"], "resumed": measured.get("resumed", False)})
 

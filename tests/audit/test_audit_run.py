@@ -2,6 +2,7 @@
 non-private reference reveals them (the audit has power), DP-SGD, PATE (canaries in the members' partitions) and
 DP-MERF (scored by the student and the synthetic set) stay under their claims."""
 
+import json
 import re
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from dpdistill.models.ensemble import load_teacher
 from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError, PrivacyParameterError
+from dpdistill.methods.base import data_read
+from dpdistill.privacy.individuals import DatasetLedger
 
 
 def test_the_audited_data_holds_the_included_canaries_with_their_wrong_labels_only(tmp_path: Path):
@@ -42,25 +45,45 @@ def test_the_non_private_reference_reveals_its_canaries(tmp_path: Path):
     report = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, student_arch="cnn", epochs=30),
                        tmp_path)
     assert report["audit"]["epsilon_lower_bound"] > 2 and report["audit"]["auc"] > 0.95  # measured 3.11, 0.9996
-    assert report["membership"]["auc"] > 0.55  # ordinary members against test images: measured 0.61
+    private = json.loads((tmp_path / "private" / "record.json").read_text())  # measured on private examples
+    assert private["membership"]["auc"] > 0.55 and "membership" not in report  # ordinary members: measured 0.61
     assert not report["refuted"] and (tmp_path / "scores.png").exists() and (tmp_path / "route").is_dir()
     assert "not refuted" in (tmp_path / "report.md").read_text()
     # reconstructions that look like their classes; over seeds 0-5 class_match 0.3-0.9 and correlation 0.23-0.40,
     # an untrained cnn's 0-0.2 and -0.09-0.05
-    assert report["inversion"]["class_match"] >= 0.3 and report["inversion"]["correlation"] > 0.1
-    assert (tmp_path / "inversion.png").exists()
+    assert private["inversion"]["class_match"] >= 0.3 and private["inversion"]["correlation"] > 0.1
+    assert report["inversion"] == {"image": "inversion.png"} and (tmp_path / "inversion.png").exists()
     again = run_audit(AuditConfig("digits", method="nonprivate", canaries=200, epochs=1), tmp_path, overwrite=True)
     assert again["config"]["epochs"] == 1  # every file an audit writes is its own: --overwrite replaces them
 
 
-def test_dpsgd_at_epsilon_1_stays_under_its_claim(tmp_path: Path):
+def test_dpsgd_at_epsilon_1_stays_under_its_claim_and_is_charged_to_the_data(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_LEDGER_HOME", str(tmp_path / "ledgers"))
     report = run_audit(AuditConfig("digits", method="dpsgd", epsilon=1.0, canaries=200, student_arch="cnn"),
-                       tmp_path)
+                       tmp_path / "audit")
     assert report["privacy"]["epsilon"] == pytest.approx(1.0, abs=1e-3)
     assert report["audit"]["epsilon_lower_bound"] <= 1.0 and not report["refuted"]
-    assert abs(report["membership"]["auc"] - 0.5) < 0.08  # measured 0.501
-    scores = np.load(tmp_path / "private" / "canary-scores.npz")
+    private = json.loads((tmp_path / "audit" / "private" / "record.json").read_text())
+    assert abs(private["membership"]["auc"] - 0.5) < 0.08  # measured 0.501
+    route = json.loads((tmp_path / "audit" / "route" / "report.json").read_text())["privacy"]
+    ledger = DatasetLedger(*data_read(load_dataset("digits"), "digits"))  # the route read the audited copy
+    assert ledger.standing(ledger.read())["spent_epsilon"] == pytest.approx(route["epsilon_replace_one"])
+    scores = np.load(tmp_path / "audit" / "private" / "canary-scores.npz")
     assert len(scores["student"]) == 200  # kept private: which canaries were in
+
+
+def test_an_audit_of_data_that_declare_no_size_counts_them_noisily_and_charges_it(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DPDISTILL_LEDGER_HOME", str(tmp_path / "ledgers"))
+    digits = load_dataset("digits")
+    np.savez(tmp_path / "mine.npz", x_train=((digits.x_train + 1) * 127.5).round().numpy().astype(np.uint8),
+             y_train=digits.y_train.numpy(), x_test=((digits.x_test + 1) * 127.5).round().numpy().astype(np.uint8),
+             y_test=digits.y_test.numpy())
+    run_audit(AuditConfig(str(tmp_path / "mine.npz"), method="dpsgd", epsilon=1.0, canaries=200, epochs=2,
+                          inversion=False), tmp_path / "audit")
+    route = json.loads((tmp_path / "audit" / "route" / "report.json").read_text())["privacy"]
+    assert "a noisy count" in route["training_set_size"] and route["size_count_epsilon"] == 0.01
+    ledger = DatasetLedger(*data_read(load_dataset(str(tmp_path / "mine.npz")), "mine"))
+    assert ledger.standing(ledger.read())["spent_epsilon"] == pytest.approx(route["epsilon_replace_one"])
 
 
 # the lower bound from 200 canaries varies from run to run: at epsilon 10, 1.24 to 2.15 over 12 runs (median 1.7)

@@ -36,10 +36,11 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import load_saved
+from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.methods.synthetic import SYNTHETIC_FILE
 from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.audit import audit_markdown, save_score_histogram
-from dpdistill.reporting.report import PRIVATE_DIR, is_covered, save_image_grid
+from dpdistill.reporting.report import PRIVATE_DIR, is_covered, save_image_grid, write_private_record
 from dpdistill.runs import claim_out_dir, exclusive
 from dpdistill.training.teacher import TeacherConfig
 
@@ -187,6 +188,11 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
         white_box = GradientCanaries(canaries.included, config.seed) if config.white_box else None
         if white_box is None:
             write_audited_data(dataset, canaries, data)
+            # the route reads the data's individuals, its canaries being some of them relabelled: its releases are
+            # charged to all of them (a changed copy would be another example to the ledger)
+            audited = load_dataset(str(data))
+            DatasetLedger.of(audited.digest, str(data), lambda: np.union1d(audited.example_ids.numpy(),
+                                                                           dataset.example_ids.numpy()))
         with gradient_canaries(white_box):
             route_report = config.route.run(built, PrivateModels(config, str(data), progress), progress)
         model, meta, _ = load_saved(out_dir / ROUTE_DIR)
@@ -200,19 +206,21 @@ def run_audit(config: AuditConfig, out_dir: Path, progress: Progress | None = No
                   "audit": {**result.to_dict(), "delta": config.delta, "scorer": scorer,
                             "canary": f"{CANARY[config.white_box]}, scored by {SCORERS[scorer]}"},
                   "scorers": {name: {**value.to_dict(), "score": SCORERS[name]} for name, value in results.items()},
-                  "membership": membership_inference(model, dataset, canaries, config),
                   "privacy": claimed, "refuted": result.epsilon_lower_bound > claimed["epsilon"],
                   "accuracy": {"student": route_report["accuracy"].get("student",
                                                                        route_report["accuracy"].get("teacher"))},
                   "config": dataclasses.asdict(config)}
+        # measured on private examples without noise: the private record's, never the report's
+        private = {"membership": membership_inference(model, dataset, canaries, config)}
         if config.inversion:
             inversion = invert(model, dataset.x_train, dataset.y_train, dataset.num_classes, config.device)
             save_image_grid(inversion.images, out_dir / "inversion.png", columns=dataset.num_classes,
                             titles=dataset.class_names)
-            report["inversion"] = {"class_match": inversion.class_match, "correlation": inversion.correlation,
-                                   "image": "inversion.png"}
+            report["inversion"] = {"image": "inversion.png"}  # the reconstructions: the student's alone
+            private["inversion"] = {"class_match": inversion.class_match, "correlation": inversion.correlation}
         save_score_histogram(scores[scorer], included, out_dir / "scores.png", SCORERS[scorer])
         write_atomically({out_dir / "report.json": lambda temporary: temporary.write_text(json.dumps(report, indent=2)),
                           out_dir / "report.md": lambda temporary: temporary.write_text(audit_markdown(report))})
+        write_private_record(out_dir, private)
         np.savez(out_dir / PRIVATE_DIR / "canary-scores.npz", included=included, **scores)  # which were in: private
         return report

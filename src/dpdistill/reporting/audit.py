@@ -52,20 +52,15 @@ def audit_markdown(report: dict[str, Any]) -> str:
              f"| guesses: in / out / right | {result['guesses_in']} / {result['guesses_out']} / {result['right']} |",
              f"| attack AUC | {number(result['auc'])} |",
              f"| TPR at 1% FPR | {percent(result['tpr_at_1pct_fpr'])} |",
-             f"| student accuracy (real test images) | {percent(report['accuracy']['student'])} |",
-             f"| loss-threshold membership attack on {report['membership']['members']} training and as many test "
-             f"images: AUC / TPR at 1% FPR | {number(report['membership']['auc'])} / "
-             f"{percent(report['membership']['tpr_at_1pct_fpr'])} |"]
+             f"| student accuracy (real test images) | {percent(report['accuracy']['student'])} |"]
     lines += [f"| scored by {name}: lower bound / AUC | {number(value['epsilon_lower_bound'])} / "
               f"{number(value['auc'])} |" for name, value in report["scorers"].items() if len(report["scorers"]) > 1]
     inversion = report.get("inversion")
-    if inversion:
-        lines.append(f"| model inversion: classes whose reconstruction matches its own class's mean private image "
-                     f"best / mean correlation | {percent(inversion['class_match'])} / "
-                     f"{number(inversion['correlation'])} |")
     lines += ["", "The guess counts are searched on a grid (1% to 50% of the canaries on each side) with the "
               "confidence split evenly among its points and among the scores. The route's own report is in "
-              "`route/`.", "", "![canary scores](scores.png)", ""]
+              "`route/`. Figures measured on private examples without noise (a loss-threshold membership attack on "
+              "ordinary training images, the inversion's match with each class's mean private image) are in "
+              "`private/record.json`: never publish them.", "", "![canary scores](scores.png)", ""]
     if inversion:
         lines += ["Each class reconstructed from the released student alone (gradient ascent on its logit):", "",
                   "![model inversion](inversion.png)", ""]
