@@ -1,8 +1,10 @@
 """The wire between owners and server: integers cross SecAgg+'s fixed-point encoding exactly, the owner's
-boundary refuses or clips what would break the accounting, and each owner's noise share has the planned size."""
+boundary refuses or clips what would break the accounting, each owner's noise share has the planned size, and an
+owner answers only on the terms it derives itself."""
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -10,12 +12,16 @@ import torch
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
 
 from dpdistill.errors import ConfigError, PrivacyParameterError
-from dpdistill.federated.protocol import (AnswerRejected, Encoding, RunTerms, Wire, admit, check_dropouts,
-                                          checked_answer, noisy_share, query_cost, refusal)
-from dpdistill.privacy.ledger import Release, ReleaseLedger
+from dpdistill.federated.answers import owner_answer, owner_of
+from dpdistill.federated.protocol import (REFUSED_FILE, AnswerRejected, Encoding, Owner, RunTerms, Wire, accept,
+                                          admit, check_dropouts, checked_answer, noisy_share, query_cost, refusal)
+from dpdistill.models.ensemble import MemberEnsemble
+from dpdistill.models.registry import build_classifier
+from dpdistill.privacy.ledger import LEDGER_FILE, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 
-VOTES = Wire(10, (1, 8, 8), 3.0, 64, 4.0, math.sqrt(2))
+VOTES = Wire(10, (1, 8, 8), 3.0, 128, 4.0, math.sqrt(2))  # as planned: C = 128 holds 4 votes + 40 shares
+OWNER = Owner(10, (1, 8, 8), 4)  # what VOTES's owner is: four members voting on 10 classes of 1x8x8 images
 
 
 def test_integers_cross_secure_aggregation_exactly():
@@ -132,7 +138,72 @@ def test_an_owners_client_refuses_past_its_total_with_its_local_releases_and_kee
 
 def test_an_owners_client_refuses_a_run_without_terms_or_whose_noise_drops(tmp_path):
     with pytest.raises(AnswerRejected, match="no run terms"):
-        admit(tmp_path, VOTES, 10)
+        accept(tmp_path, VOTES, OWNER)
     admit(tmp_path, dataclasses.replace(VOTES, terms=TERMS), 10)
     with pytest.raises(AnswerRejected, match="changed its noise"):
         admit(tmp_path, dataclasses.replace(VOTES, share_sigma=1.0, terms=TERMS), 10)
+
+
+def four_members() -> MemberEnsemble:
+    torch.manual_seed(0)
+    return MemberEnsemble([build_classifier("cnn", (1, 8, 8), 10) for _ in range(4)]).eval()
+
+
+def test_an_owner_derives_its_terms_from_its_own_teachers():
+    assert owner_of(four_members(), {"num_classes": 10, "in_shape": [1, 8, 8]}) == OWNER
+    assert owner_of(build_classifier("cnn", (1, 8, 8), 10), {"num_classes": 10, "in_shape": [1, 8, 8]}).members == 1
+    assert OWNER.wire(dataclasses.replace(VOTES, terms=TERMS)) == dataclasses.replace(VOTES, terms=TERMS)
+
+
+def test_an_owner_accepts_the_terms_a_server_plans(tmp_path):
+    for terms in (TERMS, dataclasses.replace(TERMS, shares=3, threshold=2, rounds=2)):  # full graph, sparse ring
+        assert accept(tmp_path, dataclasses.replace(VOTES, terms=terms), OWNER) == dataclasses.replace(VOTES,
+                                                                                                     terms=terms)
+    assert not (tmp_path / REFUSED_FILE).exists()
+
+
+def test_an_owner_refuses_a_wire_that_understates_its_sensitivity_and_reveals_nothing(tmp_path):
+    """The server's word was taken for the sensitivity: a wire stating 1e-3 for one vote's sqrt(2) was charged a
+    fraction of what the owner's answers cost. Every owner now computes it from the answers it computes itself."""
+    honest = dataclasses.replace(VOTES, terms=TERMS)
+    understated = dataclasses.replace(honest, member_sensitivity=1e-3)
+    images = torch.rand(8, 1, 8, 8).numpy()
+    with pytest.raises(AnswerRejected, match="member_sensitivity 0.001"):
+        owner_answer(tmp_path, four_members(), OWNER, [images], understated.to_json())
+    assert not (tmp_path / LEDGER_FILE).exists()  # nothing charged, nothing answered
+    assert "member_sensitivity 0.001 (this owner's: 1.414" in refusal(tmp_path, TERMS.run)
+    owner_answer(tmp_path, four_members(), OWNER, [images], honest.to_json())
+    (entry,) = ReleaseLedger(tmp_path).read().entries  # the honest run, charged at the owner's own sqrt(2)
+    assert entry.release.epsilon == pytest.approx(Release.of_query(query_cost(VOTES, 5, 1, 1), 100, 1e-5).epsilon)
+
+
+@pytest.mark.parametrize("change, named", [(dict(num_classes=9), "num_classes 9"),
+                                           (dict(in_shape=(1, 28, 28)), "in_shape (1, 28, 28)"),
+                                           (dict(row_bound=2.0), "row_bound 2.0")])
+def test_an_owner_refuses_classes_shapes_and_members_other_than_its_own(tmp_path, change, named):
+    with pytest.raises(AnswerRejected, match=re.escape(named)):
+        accept(tmp_path, dataclasses.replace(VOTES, terms=TERMS, **change), OWNER)
+    assert not (tmp_path / LEDGER_FILE).exists() and refusal(tmp_path, TERMS.run) is not None
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(owners=5.0), "owners=5.0: not a whole number"),
+    (dict(dropouts=3), "tolerate 0 to 2 dropouts"),
+    (dict(colluders=4), "colluders"),
+    (dict(shares=3), "shares alone"),
+    (dict(shares=4, threshold=2), "ring of 4 shares"),
+    (dict(shares=3, threshold=3), "ring of 3 shares"),
+    (dict(queries=0), "plan 0 rows"),
+])
+def test_an_owner_refuses_terms_no_federation_could_have(tmp_path, change, reason):
+    with pytest.raises(AnswerRejected, match=re.escape(reason)):
+        accept(tmp_path, dataclasses.replace(VOTES, terms=dataclasses.replace(TERMS, **change)), OWNER)
+    assert reason in refusal(tmp_path, TERMS.run) and not (tmp_path / LEDGER_FILE).exists()
+
+
+def test_an_owner_refuses_a_clipping_range_its_noisy_answers_would_reach(tmp_path):
+    needed = Encoding.for_answers(OWNER.members, VOTES.share_sigma, TERMS.owners).clipping_range
+    assert accept(tmp_path, dataclasses.replace(VOTES, clipping_range=needed, terms=TERMS), OWNER)
+    with pytest.raises(AnswerRejected, match=f"clipping range {needed // 2} is below the {needed}"):
+        accept(tmp_path, dataclasses.replace(VOTES, clipping_range=needed // 2, terms=TERMS), OWNER)
+    assert "clipping range" in refusal(tmp_path, TERMS.run) and not (tmp_path / LEDGER_FILE).exists()

@@ -23,7 +23,7 @@ from flwr.app import Context
 
 OWNER_DIR = "owner-dir"
 OWNER_ID_FILE = "owner-id"
-_teachers: dict[str, Any] = {}  # an owner's teacher, loaded once per process
+_teachers: dict[str, tuple[Any, dict[str, Any]]] = {}  # an owner's teacher and its description, loaded once a process
 
 
 class OwnerClient(NumPyClient):
@@ -37,16 +37,20 @@ class OwnerClient(NumPyClient):
         return {"owner": owner_identity(self.owner_dir)}
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
-        from dpdistill.federated.answers import owner_answer
+        from dpdistill.federated.answers import owner_answer, owner_of
 
-        return [owner_answer(self.owner_dir, self._teacher(), parameters, json.loads(str(config["wire"])))], 1, {}
+        teacher, meta = self._teacher()
+        return [owner_answer(self.owner_dir, teacher, owner_of(teacher, meta), parameters,
+                             json.loads(str(config["wire"])))], 1, {}
 
-    def _teacher(self) -> Any:
+    def _teacher(self) -> tuple[Any, dict[str, Any]]:
+        """The owner's teachers and their saved description."""
         key = str(self.owner_dir.resolve())
         if key not in _teachers:
             from dpdistill.methods.teachers import read_teacher
 
-            _teachers[key] = read_teacher(self.owner_dir)[0].eval()
+            teacher, meta = read_teacher(self.owner_dir)
+            _teachers[key] = teacher.eval(), meta
         return _teachers[key]
 
 
