@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 ANSWER = GradientAnswer(top_k=3)
 WIRE = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10), ANSWER,
             RunTerms("test-run", 256, 5, 0, 1, 1e-5))
-OWNER = Owner(10, (1, 8, 8), 1)  # each of the test's owners: one teacher
+OWNER = Owner(10, (1, 8, 8), 1, 1e-5)  # each of the test's owners: one teacher
 
 
 def teachers(count: int) -> list[torch.nn.Module]:

@@ -21,7 +21,7 @@ from dpdistill.privacy.ledger import LEDGER_FILE, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 
 VOTES = Wire(10, (1, 8, 8), 3.0, 128, 4.0, math.sqrt(2))  # as planned: C = 128 holds 4 votes + 40 shares
-OWNER = Owner(10, (1, 8, 8), 4)  # what VOTES's owner is: four members voting on 10 classes of 1x8x8 images
+OWNER = Owner(10, (1, 8, 8), 4, 1e-5)  # VOTES's owner: four members voting on 10 classes of 1x8x8 images
 
 
 def test_integers_cross_secure_aggregation_exactly():
@@ -150,8 +150,9 @@ def four_members() -> MemberEnsemble:
 
 
 def test_an_owner_derives_its_terms_from_its_own_teachers():
-    assert owner_of(four_members(), {"num_classes": 10, "in_shape": [1, 8, 8]}) == OWNER
-    assert owner_of(build_classifier("cnn", (1, 8, 8), 10), {"num_classes": 10, "in_shape": [1, 8, 8]}).members == 1
+    meta = {"num_classes": 10, "in_shape": [1, 8, 8]}
+    assert owner_of(four_members(), meta, 1e-5) == OWNER
+    assert owner_of(build_classifier("cnn", (1, 8, 8), 10), meta, 1e-5).members == 1
     assert OWNER.wire(dataclasses.replace(VOTES, terms=TERMS)) == dataclasses.replace(VOTES, terms=TERMS)
 
 
@@ -179,11 +180,15 @@ def test_an_owner_refuses_a_wire_that_understates_its_sensitivity_and_reveals_no
 
 @pytest.mark.parametrize("change, named", [(dict(num_classes=9), "num_classes 9"),
                                            (dict(in_shape=(1, 28, 28)), "in_shape (1, 28, 28)"),
-                                           (dict(row_bound=2.0), "row_bound 2.0")])
-def test_an_owner_refuses_classes_shapes_and_members_other_than_its_own(tmp_path, change, named):
+                                           (dict(row_bound=2.0), "row_bound 2.0"),
+                                           (dict(terms=dataclasses.replace(TERMS, delta=1e-3)), "delta 0.001")])
+def test_an_owner_refuses_classes_shapes_members_and_a_delta_other_than_its_own(tmp_path, change, named):
+    """A delta of 1e-3 would have stated the owner's epsilon smaller; the owner states it at its own."""
     with pytest.raises(AnswerRejected, match=re.escape(named)):
-        accept(tmp_path, dataclasses.replace(VOTES, terms=TERMS, **change), OWNER)
+        accept(tmp_path, dataclasses.replace(VOTES, **{"terms": TERMS, **change}), OWNER)
     assert not (tmp_path / LEDGER_FILE).exists() and refusal(tmp_path, TERMS.run) is not None
+    assert accept(tmp_path, dataclasses.replace(VOTES, terms=dataclasses.replace(TERMS, delta=1e-3)),
+                  dataclasses.replace(OWNER, delta=1e-3))  # an owner that set 1e-3 itself
 
 
 @pytest.mark.parametrize("change, reason", [

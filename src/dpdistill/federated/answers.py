@@ -43,10 +43,11 @@ def bounded_gradients(teacher: torch.nn.Module, images: Tensor, student_logits: 
     return bounded.view(members, rows, classes).sum(0)
 
 
-def owner_of(teacher: torch.nn.Module, meta: dict[str, Any]) -> Owner:
-    """The owner as its teachers describe it (`meta`: their saved description): a single teacher is one member."""
+def owner_of(teacher: torch.nn.Module, meta: dict[str, Any], delta: float) -> Owner:
+    """The owner as its teachers describe it (`meta`: their saved description; a single teacher is one member),
+    stating its epsilon at `delta`."""
     members = len(teacher) if isinstance(teacher, TeacherEnsemble) else 1
-    return Owner(int(meta["num_classes"]), tuple(meta["in_shape"]), members)
+    return Owner(int(meta["num_classes"]), tuple(meta["in_shape"]), members, delta)
 
 
 def owner_answer(owner_dir: Path, teacher: torch.nn.Module, owner: Owner, arrays: list[np.ndarray],

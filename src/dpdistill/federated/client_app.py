@@ -3,8 +3,10 @@ the boundary check and the owner's noise share, into secure aggregation (`secagg
 owner only masked; the server learns the sum of at least the threshold's owners).
 
 An owner is found by its node's `owner-dir` (each SuperNode started with `--node-config "owner-dir=..."`), or in a
-simulation by its partition id among the run's owner directories. torch is imported only when a round asks for an
-answer: SecAgg+'s key-exchange stages run without it (a deployed SuperNode starts a process per message).
+simulation by its partition id among the run's owner directories; it states its epsilon at its node's `owner-delta`
+(`federated owner --delta`), in a simulation at the delta its caller set for the simulated owners. torch is imported
+only when a round asks for an answer: SecAgg+'s key-exchange stages run without it (a deployed SuperNode starts a
+process per message).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.app import Context
 
+from dpdistill.defaults import FEDERATED_DELTA
+
 OWNER_DIR = "owner-dir"
+OWNER_DELTA = "owner-delta"
 OWNER_ID_FILE = "owner-id"
 _teachers: dict[str, tuple[Any, dict[str, Any]]] = {}  # an owner's teacher and its description, loaded once a process
 
@@ -29,8 +34,8 @@ _teachers: dict[str, tuple[Any, dict[str, Any]]] = {}  # an owner's teacher and 
 class OwnerClient(NumPyClient):
     """One data owner: its teachers answer; the protocol bounds, rounds and noises the answer."""
 
-    def __init__(self, owner_dir: Path) -> None:
-        self.owner_dir = owner_dir
+    def __init__(self, owner_dir: Path, delta: float) -> None:
+        self.owner_dir, self.delta = owner_dir, delta
 
     def get_properties(self, config: dict[str, Any]) -> dict[str, Any]:
         """The owner's identity, so the server can refuse two nodes that speak for one owner."""
@@ -40,7 +45,7 @@ class OwnerClient(NumPyClient):
         from dpdistill.federated.answers import owner_answer, owner_of
 
         teacher, meta = self._teacher()
-        return [owner_answer(self.owner_dir, teacher, owner_of(teacher, meta), parameters,
+        return [owner_answer(self.owner_dir, teacher, owner_of(teacher, meta, self.delta), parameters,
                              json.loads(str(config["wire"])))], 1, {}
 
     def _teacher(self) -> tuple[Any, dict[str, Any]]:
@@ -80,11 +85,17 @@ def owner_dir_of(context: Context, owner_dirs: list[str] | None) -> Path:
     return Path(owner_dirs[int(context.node_config["partition-id"])])
 
 
-def make_client_app(owner_dirs: list[str] | None = None) -> ClientApp:
-    """The ClientApp; `owner_dirs` names the owners of a simulation (deployed nodes name their own)."""
+def owner_client(context: Context, owner_dirs: list[str] | None, delta: float) -> OwnerClient:
+    """This node's owner (`owner_dir_of`), at its node's `owner-delta`, else at `delta`."""
+    return OwnerClient(owner_dir_of(context, owner_dirs), float(str(context.node_config.get(OWNER_DELTA, delta))))
+
+
+def make_client_app(owner_dirs: list[str] | None = None, delta: float = FEDERATED_DELTA) -> ClientApp:
+    """The ClientApp; `owner_dirs` names the owners of a simulation and `delta` theirs (deployed nodes name their
+    own)."""
 
     def client_fn(context: Context):
-        return OwnerClient(owner_dir_of(context, owner_dirs)).to_client()
+        return owner_client(context, owner_dirs, delta).to_client()
 
     return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
 

@@ -237,13 +237,13 @@ class FederatedJob(Job):
         watcher.start()
         try:
             if engine == "simulation":
-                simulate(plan_path, self.owner_dirs)
+                simulate(plan_path, self.owner_dirs, self.config.delta)  # the owners simulated here: the run's
                 return {"engine": engine, "wall_seconds": time.perf_counter() - started}
             work_dir = self.state_dir / "deployment"
             if engine == "remote":
                 return {"engine": engine, **serve(plan_path, work_dir, self.config.address,
                                                   Certificates(Path(str(self.config.certificates))))}
-            return {"engine": engine, **deploy(plan_path, self.owner_dirs, work_dir)}
+            return {"engine": engine, **deploy(plan_path, self.owner_dirs, work_dir, self.config.delta)}
         finally:
             finished.set()
             watcher.join()

@@ -173,18 +173,20 @@ def answer_wire(num_classes: int, in_shape: tuple[int, ...], members: int, gradi
 @dataclass(frozen=True)
 class Owner:
     """What a data owner knows of itself, whatever a server states: its teachers' classes, input shape and
-    members."""
+    members, and the delta it states its epsilon at (`federated owner --delta`)."""
 
     num_classes: int
     in_shape: tuple[int, ...]
     members: int
+    delta: float
 
     def wire(self, asked: Wire) -> Wire:
         """`asked` with every term the owner derives itself in place of the server's; the noise share, the
         clipping range, the gradient's settings (each bounded by GRID_STEPS whatever they are) and the run's terms
-        stay the server's word, checked by `accept`."""
+        but its delta stay the server's word, checked by `accept`."""
         own = answer_wire(self.num_classes, self.in_shape, self.members, asked.gradient)
-        return replace(own, share_sigma=asked.share_sigma, clipping_range=asked.clipping_range, terms=asked.terms)
+        terms = None if asked.terms is None else replace(asked.terms, delta=self.delta)
+        return replace(own, share_sigma=asked.share_sigma, clipping_range=asked.clipping_range, terms=terms)
 
 
 def accept(owner_dir: Path, asked: Wire, owner: Owner) -> Wire:
