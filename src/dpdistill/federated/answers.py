@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Owner, Wire, accept, admit,
-                                          checked_answer, noisy_share)
+from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Owner, SecAggSettings, Wire,
+                                          accept, admit, checked_answer, noisy_share)
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.mechanisms import bounded_output_gradient
 from dpdistill.privacy.randomness import noise_source
@@ -50,12 +50,12 @@ def owner_of(teacher: torch.nn.Module, meta: dict[str, Any], delta: float) -> Ow
     return Owner(int(meta["num_classes"]), tuple(meta["in_shape"]), members, delta)
 
 
-def owner_answer(owner_dir: Path, teacher: torch.nn.Module, owner: Owner, arrays: list[np.ndarray],
-                 wire_json: dict[str, Any]) -> np.ndarray:
-    """The owner's contribution to the round's secure sum, on the owner's own terms (`accept`): charged to the
-    owner's ledger, checked, with its noise share. `arrays` holds the query images, and for gradients the student's
-    logits on them."""
-    wire = accept(owner_dir, Wire.from_json(wire_json), owner)
+def owner_answer(owner_dir: Path, teacher: torch.nn.Module, owner: Owner, secagg: SecAggSettings | None,
+                 arrays: list[np.ndarray], wire_json: dict[str, Any]) -> np.ndarray:
+    """The owner's contribution to the round's secure sum (run with `secagg`), on the owner's own terms (`accept`):
+    charged to the owner's ledger, checked, with its noise share. `arrays` holds the query images, and for
+    gradients the student's logits on them."""
+    wire = accept(owner_dir, Wire.from_json(wire_json), owner, secagg)
     images = torch.from_numpy(np.asarray(arrays[0], dtype=np.float32))
     if tuple(images.shape[1:]) != wire.in_shape:
         raise AnswerRejected(f"queries of shape {tuple(images.shape[1:])}, the owner's teachers take {wire.in_shape}")

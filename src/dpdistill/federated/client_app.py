@@ -15,15 +15,19 @@ import json
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.client import NumPyClient
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
-from flwr.app import Context
+from flwr.app import Context, RecordDict
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
 
 from dpdistill.defaults import FEDERATED_DELTA
+
+if TYPE_CHECKING:
+    from dpdistill.federated.protocol import SecAggSettings
 
 OWNER_DIR = "owner-dir"
 OWNER_DELTA = "owner-delta"
@@ -34,8 +38,9 @@ _teachers: dict[str, tuple[Any, dict[str, Any]]] = {}  # an owner's teacher and 
 class OwnerClient(NumPyClient):
     """One data owner: its teachers answer; the protocol bounds, rounds and noises the answer."""
 
-    def __init__(self, owner_dir: Path, delta: float) -> None:
-        self.owner_dir, self.delta = owner_dir, delta
+    def __init__(self, owner_dir: Path, delta: float, node_state: RecordDict) -> None:
+        """`node_state`: the node's state, where `secaggplus_mod` keeps the settings of the round it runs."""
+        self.owner_dir, self.delta, self.node_state = owner_dir, delta, node_state
 
     def get_properties(self, config: dict[str, Any]) -> dict[str, Any]:
         """The owner's identity, so the server can refuse two nodes that speak for one owner."""
@@ -45,8 +50,8 @@ class OwnerClient(NumPyClient):
         from dpdistill.federated.answers import owner_answer, owner_of
 
         teacher, meta = self._teacher()
-        return [owner_answer(self.owner_dir, teacher, owner_of(teacher, meta, self.delta), parameters,
-                             json.loads(str(config["wire"])))], 1, {}
+        return [owner_answer(self.owner_dir, teacher, owner_of(teacher, meta, self.delta),
+                             secagg_settings(self.node_state), parameters, json.loads(str(config["wire"])))], 1, {}
 
     def _teacher(self) -> tuple[Any, dict[str, Any]]:
         """The owner's teachers and their saved description."""
@@ -87,7 +92,20 @@ def owner_dir_of(context: Context, owner_dirs: list[str] | None) -> Path:
 
 def owner_client(context: Context, owner_dirs: list[str] | None, delta: float) -> OwnerClient:
     """This node's owner (`owner_dir_of`), at its node's `owner-delta`, else at `delta`."""
-    return OwnerClient(owner_dir_of(context, owner_dirs), float(str(context.node_config.get(OWNER_DELTA, delta))))
+    return OwnerClient(owner_dir_of(context, owner_dirs), float(str(context.node_config.get(OWNER_DELTA, delta))),
+                       context.state)
+
+
+def secagg_settings(node_state: RecordDict) -> SecAggSettings | None:
+    """The settings SecAgg+ took at this round's setup, as `secaggplus_mod` keeps them in the node's state; None
+    where no secure aggregation runs."""
+    from dpdistill.federated.protocol import SecAggSettings
+
+    if RECORD_KEY_STATE not in node_state.config_records:
+        return None
+    state = node_state.config_records[RECORD_KEY_STATE]
+    return SecAggSettings(int(state["sample_num"]), int(state["share_num"]), int(state["threshold"]),
+                          float(state["clipping_range"]), int(state["target_range"]), float(state["max_weight"]))
 
 
 def make_client_app(owner_dirs: list[str] | None = None, delta: float = FEDERATED_DELTA) -> ClientApp:

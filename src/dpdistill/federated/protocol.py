@@ -189,22 +189,55 @@ class Owner:
         return replace(own, share_sigma=asked.share_sigma, clipping_range=asked.clipping_range, terms=terms)
 
 
-def accept(owner_dir: Path, asked: Wire, owner: Owner) -> Wire:
+@dataclass(frozen=True)
+class SecAggSettings:
+    """What secure aggregation runs a round with, as the owner's own SecAgg+ took it at the round's setup: the
+    owners sampled, how many hold shares of each one's keys and how many of those unmask, and the fixed-point
+    encoding its answer crosses."""
+
+    sampled: int
+    shares: int
+    threshold: int
+    clipping_range: float
+    quantization_range: int
+    max_weight: float
+
+    def check(self, wire: Wire) -> None:
+        """Refused (ConfigError) unless the round unmasks as the run's terms say (the full graph: every sampled
+        owner holds shares and M - T unmask; a ring: its shares and threshold) and carries the owner's integers
+        exactly (`Encoding`: quantization range 2C, and weight 1, which SecAgg+ multiplies the answer by)."""
+        graph = wire.terms.graph()
+        planned = (self.sampled if graph.full else graph.shares, graph.threshold, float(wire.clipping_range),
+                   2 * wire.clipping_range, 1.0)
+        actual = (self.shares, self.threshold, self.clipping_range, self.quantization_range, self.max_weight)
+        if actual != planned:
+            raise ConfigError(f"secure aggregation runs this round with {self.shares} shares, threshold "
+                              f"{self.threshold}, clipping range {self.clipping_range:g}, quantization range "
+                              f"{self.quantization_range} and weight {self.max_weight:g}; the run's terms plan "
+                              f"{planned[0]}, {planned[1]}, {planned[2]:g}, {planned[3]} and 1")
+
+
+def accept(owner_dir: Path, asked: Wire, owner: Owner, secagg: SecAggSettings | None) -> Wire:
     """The wire the owner answers by, checked before it computes anything: its own terms (`Owner.wire`), refused
     (`AnswerRejected`, the reason kept in REFUSED_FILE, nothing charged) when the server's disagree with them, when
     the server sent no run terms, or when the terms only the server can state are impossible: counts that are not
     whole numbers, dropouts and colluders the threshold does not allow (`check_dropouts`), a key-sharing graph
     other than the full one or a ring below the owners present, or a clipping range that would clip the owner's
-    noisy answer more often than CLIP_TAIL."""
+    noisy answer more often than CLIP_TAIL; and when the round's secure aggregation (`secagg`, None: the round did
+    not come through it) is not the one the terms plan."""
     terms = asked.terms
     if terms is None:
         refuse(owner_dir, None, "the server sent no run terms: an owner answers only runs its own ledger can account")
+    if secagg is None:
+        refuse(owner_dir, terms.run, "the round did not come through secure aggregation: its answer would leave the "
+                                     "owner unmasked")
     own = owner.wire(asked)
     differing = _differences(asked, own)
     if differing:
         refuse(owner_dir, terms.run, f"the run states terms this owner computes otherwise: {'; '.join(differing)}")
     try:
         check_terms(own)
+        secagg.check(own)
     except (ConfigError, PrivacyParameterError) as error:
         refuse(owner_dir, terms.run, str(error))
     return own
