@@ -59,7 +59,7 @@ def main(out: Path) -> None:
         threading.Thread(target=watch, daemon=True).start()
 
     started = time.perf_counter()
-    outcome = deploy(out / "plan.json", owner_dirs, out / "deployment", kill_two_owners)
+    outcome = deploy(out / "plan.json", owner_dirs, out / "deployment", config.delta, kill_two_owners)
     rounds = len(plan.rounds(QUERIES))
     contributors = [None if journal.read(i) is None else journal.read(i)[1] for i in range(rounds)]
     result = {"status": outcome["status"], "wall_seconds": time.perf_counter() - started, "killed": killed,

@@ -52,6 +52,12 @@ def test_an_owner_without_a_teacher_or_certificate_is_refused(tmp_path: Path):
     assert result.exit_code == 2 and "is not a teacher ensemble" in result.output
 
 
+def test_an_owner_with_an_impossible_delta_is_refused(tmp_path: Path):
+    result = runner.invoke(app, ["federated", "owner", "--teacher", str(tmp_path), "--superlink", "127.0.0.1:9092",
+                                 "--root-certificates", str(tmp_path / "ca.crt"), "--delta", "2"])
+    assert result.exit_code == 2 and "delta must be in (0, 1)" in result.output
+
+
 def test_a_busy_out_directory_is_refused_before_the_owners_train(tmp_path: Path):
     out = tmp_path / "run"
     out.mkdir()

@@ -16,7 +16,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.federated.answers import bounded_gradients, owner_answer
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.federated.owners import owner_directory, prepare_owners
-from dpdistill.federated.protocol import GRID_STEPS, AnswerRejected, GradientAnswer, RunTerms, Wire
+from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Owner, RunTerms,
+                                          SecAggSettings, Wire)
 from dpdistill.federated.transcription import OwnersAnnotator
 from dpdistill.federated.method import FederationError, ServerPlan
 from dpdistill.models.registry import build_classifier
@@ -27,6 +28,8 @@ from safetensors.torch import load_file, save_file
 ANSWER = GradientAnswer(top_k=3)
 WIRE = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10), ANSWER,
             RunTerms("test-run", 256, 5, 0, 1, 1e-5))
+OWNER = Owner(10, (1, 8, 8), 1, 1e-5)  # each of the test's owners: one teacher
+SECAGG = SecAggSettings(5, 5, 5, 2.0**20, 2**21, 1.0)  # as WIRE's rounds run
 
 
 def teachers(count: int) -> list[torch.nn.Module]:
@@ -42,7 +45,7 @@ def queries(rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
 def test_the_owners_sum_is_their_bounded_gradients_on_the_grid_plus_the_planned_noise(tmp_path):
     images, logits = queries(256)
     owners = teachers(5)
-    shares = sum(owner_answer(tmp_path, teacher, [images.numpy(), logits.numpy()], WIRE.to_json())
+    shares = sum(owner_answer(tmp_path, teacher, OWNER, SECAGG, [images.numpy(), logits.numpy()], WIRE.to_json())
                  for teacher in owners)
     exact = sum(torch.trunc(bounded_gradients(teacher, images, logits, ANSWER)) for teacher in owners)
     residual = torch.from_numpy(shares) - exact.double()
@@ -66,7 +69,7 @@ def test_an_owner_refuses_malformed_student_logits(tmp_path):
     teacher = teachers(1)[0]
     for bad in (logits[:, :9], torch.full_like(logits, float("nan"))):
         with pytest.raises(AnswerRejected, match="student logits"):
-            owner_answer(tmp_path, teacher, [images.numpy(), bad.numpy()], WIRE.to_json())
+            owner_answer(tmp_path, teacher, OWNER, SECAGG, [images.numpy(), bad.numpy()], WIRE.to_json())
 
 
 def test_the_server_moves_the_students_logits_against_the_mean_noisy_gradient_and_charges_lost_rounds():

@@ -1,8 +1,10 @@
 """The wire between owners and server: integers cross SecAgg+'s fixed-point encoding exactly, the owner's
-boundary refuses or clips what would break the accounting, and each owner's noise share has the planned size."""
+boundary refuses or clips what would break the accounting, each owner's noise share has the planned size, and an
+owner answers only on the terms it derives itself."""
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -10,12 +12,17 @@ import torch
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
 
 from dpdistill.errors import ConfigError, PrivacyParameterError
-from dpdistill.federated.protocol import (AnswerRejected, Encoding, RunTerms, Wire, admit, check_dropouts,
-                                          checked_answer, noisy_share, query_cost, refusal)
-from dpdistill.privacy.ledger import Release, ReleaseLedger
+from dpdistill.federated.answers import owner_answer, owner_of
+from dpdistill.federated.protocol import (REFUSED_FILE, AnswerRejected, Encoding, Owner, RunTerms, SecAggSettings,
+                                          Wire, accept, admit, check_dropouts, checked_answer, noisy_share, query_cost,
+                                          refusal)
+from dpdistill.models.ensemble import MemberEnsemble
+from dpdistill.models.registry import build_classifier
+from dpdistill.privacy.ledger import LEDGER_FILE, Release, ReleaseLedger
 from dpdistill.privacy.randomness import noise_source
 
-VOTES = Wire(10, (1, 8, 8), 3.0, 64, 4.0, math.sqrt(2))
+VOTES = Wire(10, (1, 8, 8), 3.0, 128, 4.0, math.sqrt(2))  # as planned: C = 128 holds 4 votes + 40 shares
+OWNER = Owner(10, (1, 8, 8), 4, 1e-5)  # VOTES's owner: four members voting on 10 classes of 1x8x8 images
 
 
 def test_integers_cross_secure_aggregation_exactly():
@@ -105,6 +112,7 @@ def test_colluders_must_leave_an_honest_share():
 
 
 TERMS = RunTerms("run-a", 100, 5, 1, 1, 1e-5)
+SECAGG = SecAggSettings(5, 5, 4, 128.0, 256, 1.0)  # TERMS's rounds: every owner holds shares, M - T unmask
 
 
 def test_an_owners_client_charges_its_own_ledger_for_the_planned_run_then_every_row_past_it(tmp_path):
@@ -132,7 +140,90 @@ def test_an_owners_client_refuses_past_its_total_with_its_local_releases_and_kee
 
 def test_an_owners_client_refuses_a_run_without_terms_or_whose_noise_drops(tmp_path):
     with pytest.raises(AnswerRejected, match="no run terms"):
-        admit(tmp_path, VOTES, 10)
+        accept(tmp_path, VOTES, OWNER, SECAGG)
     admit(tmp_path, dataclasses.replace(VOTES, terms=TERMS), 10)
     with pytest.raises(AnswerRejected, match="changed its noise"):
         admit(tmp_path, dataclasses.replace(VOTES, share_sigma=1.0, terms=TERMS), 10)
+
+
+def four_members() -> MemberEnsemble:
+    torch.manual_seed(0)
+    return MemberEnsemble([build_classifier("cnn", (1, 8, 8), 10) for _ in range(4)]).eval()
+
+
+def test_an_owner_derives_its_terms_from_its_own_teachers():
+    meta = {"num_classes": 10, "in_shape": [1, 8, 8]}
+    assert owner_of(four_members(), meta, 1e-5) == OWNER
+    assert owner_of(build_classifier("cnn", (1, 8, 8), 10), meta, 1e-5).members == 1
+    assert OWNER.wire(dataclasses.replace(VOTES, terms=TERMS)) == dataclasses.replace(VOTES, terms=TERMS)
+
+
+def test_an_owner_accepts_the_terms_a_server_plans(tmp_path):
+    ring = dataclasses.replace(TERMS, shares=3, threshold=2, rounds=2)
+    for terms, secagg in ((TERMS, SECAGG), (ring, dataclasses.replace(SECAGG, shares=3, threshold=2))):
+        assert accept(tmp_path, dataclasses.replace(VOTES, terms=terms), OWNER, secagg) == dataclasses.replace(
+            VOTES, terms=terms)
+    assert not (tmp_path / REFUSED_FILE).exists()
+
+
+def test_an_owner_refuses_a_wire_that_understates_its_sensitivity_and_reveals_nothing(tmp_path):
+    """The server's word was taken for the sensitivity: a wire stating 1e-3 for one vote's sqrt(2) was charged a
+    fraction of what the owner's answers cost. Every owner now computes it from the answers it computes itself."""
+    honest = dataclasses.replace(VOTES, terms=TERMS)
+    understated = dataclasses.replace(honest, member_sensitivity=1e-3)
+    images = torch.rand(8, 1, 8, 8).numpy()
+    with pytest.raises(AnswerRejected, match="member_sensitivity 0.001"):
+        owner_answer(tmp_path, four_members(), OWNER, SECAGG, [images], understated.to_json())
+    assert not (tmp_path / LEDGER_FILE).exists()  # nothing charged, nothing answered
+    assert "member_sensitivity 0.001 (this owner's: 1.414" in refusal(tmp_path, TERMS.run)
+    owner_answer(tmp_path, four_members(), OWNER, SECAGG, [images], honest.to_json())
+    (entry,) = ReleaseLedger(tmp_path).read().entries  # the honest run, charged at the owner's own sqrt(2)
+    assert entry.release.epsilon == pytest.approx(Release.of_query(query_cost(VOTES, 5, 1, 1), 100, 1e-5).epsilon)
+
+
+@pytest.mark.parametrize("change, named", [(dict(num_classes=9), "num_classes 9"),
+                                           (dict(in_shape=(1, 28, 28)), "in_shape (1, 28, 28)"),
+                                           (dict(row_bound=2.0), "row_bound 2.0"),
+                                           (dict(terms=dataclasses.replace(TERMS, delta=1e-3)), "delta 0.001")])
+def test_an_owner_refuses_classes_shapes_members_and_a_delta_other_than_its_own(tmp_path, change, named):
+    """A delta of 1e-3 would have stated the owner's epsilon smaller; the owner states it at its own."""
+    with pytest.raises(AnswerRejected, match=re.escape(named)):
+        accept(tmp_path, dataclasses.replace(VOTES, **{"terms": TERMS, **change}), OWNER, SECAGG)
+    assert not (tmp_path / LEDGER_FILE).exists() and refusal(tmp_path, TERMS.run) is not None
+    assert accept(tmp_path, dataclasses.replace(VOTES, terms=dataclasses.replace(TERMS, delta=1e-3)),
+                  dataclasses.replace(OWNER, delta=1e-3), SECAGG)  # an owner that set 1e-3 itself
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(owners=5.0), "owners=5.0: not a whole number"),
+    (dict(dropouts=3), "tolerate 0 to 2 dropouts"),
+    (dict(colluders=4), "colluders"),
+    (dict(shares=3), "shares alone"),
+    (dict(shares=4, threshold=2), "ring of 4 shares"),
+    (dict(shares=3, threshold=3), "ring of 3 shares"),
+    (dict(queries=0), "plan 0 rows"),
+])
+def test_an_owner_refuses_terms_no_federation_could_have(tmp_path, change, reason):
+    with pytest.raises(AnswerRejected, match=re.escape(reason)):
+        accept(tmp_path, dataclasses.replace(VOTES, terms=dataclasses.replace(TERMS, **change)), OWNER, SECAGG)
+    assert reason in refusal(tmp_path, TERMS.run) and not (tmp_path / LEDGER_FILE).exists()
+
+
+def test_an_owner_refuses_a_clipping_range_its_noisy_answers_would_reach(tmp_path):
+    needed = Encoding.for_answers(OWNER.members, VOTES.share_sigma, TERMS.owners).clipping_range
+    assert accept(tmp_path, dataclasses.replace(VOTES, clipping_range=needed, terms=TERMS), OWNER, SECAGG)
+    with pytest.raises(AnswerRejected, match=f"clipping range {needed // 2} is below the {needed}"):
+        accept(tmp_path, dataclasses.replace(VOTES, clipping_range=needed // 2, terms=TERMS), OWNER, SECAGG)
+    assert "clipping range" in refusal(tmp_path, TERMS.run) and not (tmp_path / LEDGER_FILE).exists()
+
+
+@pytest.mark.parametrize("change", [dict(threshold=2), dict(shares=3), dict(clipping_range=64.0),
+                                    dict(quantization_range=2**22), dict(max_weight=3.0)])
+def test_an_owner_refuses_a_round_whose_secure_aggregation_is_not_the_planned_one(tmp_path, change):
+    """A threshold of 2 would unmask a sum of fewer shares than the noise was sized for; a ring of 3 on the full
+    graph's terms has a failure the owner did not charge; another encoding would clip or round its noisy answer."""
+    with pytest.raises(AnswerRejected, match="secure aggregation runs this round with"):
+        accept(tmp_path, dataclasses.replace(VOTES, terms=TERMS), OWNER, dataclasses.replace(SECAGG, **change))
+    with pytest.raises(AnswerRejected, match="did not come through secure aggregation"):
+        accept(tmp_path, dataclasses.replace(VOTES, terms=TERMS), OWNER, None)
+    assert not (tmp_path / LEDGER_FILE).exists()

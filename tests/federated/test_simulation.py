@@ -1,7 +1,9 @@
 """Federated PATE on Flower's simulation: the server's sums are the owners' exact votes plus noise of the planned
 size; an owner whose answers fail its boundary sits the round out, and the run either completes with the others
-(the noise shares were sized for it) or stops cleanly, releasing nothing under-noised, and resumes."""
+(the noise shares were sized for it) or stops cleanly, releasing nothing under-noised, and resumes. A server that
+understates what one example moves is refused by every owner."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,6 +18,7 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError
 from dpdistill.data.public import public_split
 from dpdistill.federated.config import FederatedConfig
+from dpdistill.federated import method
 from dpdistill.federated.owners import owner_directory, prepare_owners
 from dpdistill.federated.method import FederationError
 from dpdistill.methods.pate import ANSWERS_FILE
@@ -154,3 +157,22 @@ def test_federated_budget_caps_every_run_of_the_owners_before_any_round(tmp_path
         federated(FederatedConfig(**{"epsilon": 30.0, **SETTINGS, **QUICK_STUDENT}), tmp_path / "run", owners,
                   budget=Budget(ReleaseLedger(owners).read().spent() + 1.0, 1e-5))
     assert ReleaseLedger(owner_directory(owners, 0)).read().spent() == before  # no owner was asked
+
+
+def test_every_owner_refuses_a_server_that_understates_the_sensitivity_and_reveals_nothing(tmp_path: Path,
+                                                                                          owners: Path, monkeypatch):
+    """The server plans with one vote moving its owner's counts by 1e-3 (a sqrt(2) would be honest): its noise is
+    then far too small for what it states. Each owner's client computes its sensitivity from its own answers."""
+    def understated(config: FederatedConfig, num_classes: int, in_shape: tuple[int, ...]):
+        return dataclasses.replace(method.answer_wire(num_classes, in_shape, config.members), member_sensitivity=1e-3)
+
+    monkeypatch.setattr(method, "vote_wire", understated)  # the server's side only: the owners answer in Ray's workers
+    directories = [owner_directory(owners, index) for index in range(5)]
+    before = [ReleaseLedger(directory).read().entries for directory in directories]
+    with pytest.raises(FederationError, match="stopped at round 1 of 2") as stopped:
+        run(tmp_path / "run", owners, **QUICK_STUDENT)
+    for directory in directories:
+        assert f"{directory.name} refused: the run states terms this owner computes otherwise: member_sensitivity " \
+               f"0.001 (this owner's: 1.414" in str(stopped.value)
+    assert [ReleaseLedger(directory).read().entries for directory in directories] == before  # nothing charged
+    assert not list((tmp_path / "run" / "private").rglob("round-*.safetensors"))  # nothing revealed

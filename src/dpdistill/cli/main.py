@@ -14,7 +14,7 @@ from rich.table import Table
 
 from dpdistill.cli.declared import CommandsWithDeclared
 from dpdistill.cli.output import clear_errors, progress_display, summary, warn
-from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
+from dpdistill.defaults import FEDERATED_DELTA, PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.options import OVERWRITE_OPTION, SEED_HELP, dataset_help
 
@@ -223,6 +223,8 @@ def federated_owner_command(
     superlink: str = typer.Option(..., help="HOST:PORT of the server's SuperLink (`dpdistill federated serve`)"),
     root_certificates: Path = typer.Option(..., help="the federation's CA certificate (ca.crt), to trust the "
                                                      "server"),
+    delta: float = typer.Option(FEDERATED_DELTA, help="the delta your epsilon is stated at: your client answers "
+                                                      "only runs planned at it (the server's --delta)"),
 ) -> None:
     """A data owner's SuperNode, across machines.
 
@@ -231,7 +233,7 @@ def federated_owner_command(
     (`dpdistill budget TEACHER --set EPS`) does not allow."""
     from dpdistill.federated.parties import run_owner
 
-    raise typer.Exit(run_owner(teacher, superlink, root_certificates))
+    raise typer.Exit(run_owner(teacher, superlink, root_certificates, delta))
 
 
 @app.command("budget")

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Wire, admit,
-                                          checked_answer, noisy_share)
+from dpdistill.federated.protocol import (GRID_STEPS, AnswerRejected, GradientAnswer, Owner, SecAggSettings, Wire,
+                                          accept, admit, checked_answer, noisy_share)
 from dpdistill.models.ensemble import TeacherEnsemble, plurality_counts
 from dpdistill.privacy.mechanisms import bounded_output_gradient
 from dpdistill.privacy.randomness import noise_source
@@ -43,11 +43,19 @@ def bounded_gradients(teacher: torch.nn.Module, images: Tensor, student_logits: 
     return bounded.view(members, rows, classes).sum(0)
 
 
-def owner_answer(owner_dir: Path, teacher: torch.nn.Module, arrays: list[np.ndarray], wire_json: dict[str, Any]
-                 ) -> np.ndarray:
-    """The owner's contribution to the round's secure sum: charged to the owner's ledger, checked, with its noise
-    share. `arrays` holds the query images, and for gradients the student's logits on them."""
-    wire = Wire.from_json(wire_json)
+def owner_of(teacher: torch.nn.Module, meta: dict[str, Any], delta: float) -> Owner:
+    """The owner as its teachers describe it (`meta`: their saved description; a single teacher is one member),
+    stating its epsilon at `delta`."""
+    members = len(teacher) if isinstance(teacher, TeacherEnsemble) else 1
+    return Owner(int(meta["num_classes"]), tuple(meta["in_shape"]), members, delta)
+
+
+def owner_answer(owner_dir: Path, teacher: torch.nn.Module, owner: Owner, secagg: SecAggSettings | None,
+                 arrays: list[np.ndarray], wire_json: dict[str, Any]) -> np.ndarray:
+    """The owner's contribution to the round's secure sum (run with `secagg`), on the owner's own terms (`accept`):
+    charged to the owner's ledger, checked, with its noise share. `arrays` holds the query images, and for
+    gradients the student's logits on them."""
+    wire = accept(owner_dir, Wire.from_json(wire_json), owner, secagg)
     images = torch.from_numpy(np.asarray(arrays[0], dtype=np.float32))
     if tuple(images.shape[1:]) != wire.in_shape:
         raise AnswerRejected(f"queries of shape {tuple(images.shape[1:])}, the owner's teachers take {wire.in_shape}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dpdistill.data.public import pool_size
-from dpdistill.defaults import PUBLIC_POOL_SIZE
+from dpdistill.defaults import FEDERATED_DELTA, PUBLIC_POOL_SIZE
 from dpdistill.errors import ConfigError, PrivacyParameterError
 from dpdistill.federated.graph import GRAPHS
 from dpdistill.federated.protocol import check_dropouts
@@ -36,7 +36,7 @@ class FederatedConfig:
     method: str = setting("pate", "pate: the owners' members vote on public images; dpsd: FedDPSD, their bounded "
                                   "gradients on synthetic images teach a student")
     epsilon: float | None = setting(None, "privacy budget (sound, replace-one)")
-    delta: float = setting(1e-5, "delta of (epsilon, delta)-DP")
+    delta: float = setting(FEDERATED_DELTA, "delta of (epsilon, delta)-DP (each owner answers only at its own)")
     dirichlet_alpha: float | None = setting(None, "owners' holdings: Dirichlet(A) per class [default: an even keyed "
                                                   "split]")
     dropouts: int = setting(0, "owners that may fail in a round; each owner's noise share grows so that the others' "

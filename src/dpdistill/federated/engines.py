@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 
 from dpdistill.errors import ConfigError
 from dpdistill.federated.config import Certificates, host_and_port
-from dpdistill.federated.client_app import OWNER_DIR, make_client_app
+from dpdistill.federated.client_app import OWNER_DELTA, OWNER_DIR, make_client_app
 from dpdistill.federated.server_app import PLAN, FederationPlan, RoundJournal, make_server_app
 
 APP_NAME = "dpdistill-federation"
@@ -41,9 +41,9 @@ START_SECONDS = 120.0  # how long the SuperLink may take to listen
 CONNECTION = "federation"  # the `flwr` connection dpdistill writes into its FLWR_HOME
 
 
-def simulate(plan_path: Path, owner_dirs: list[Path]) -> None:
+def simulate(plan_path: Path, owner_dirs: list[Path], owner_delta: float) -> None:
     """Flower's simulation runtime (Ray): every owner a virtual SuperNode in this machine's worker processes, its
-    messages delivered in one pass a tick (`delivered_in_one_pass`)."""
+    messages delivered in one pass a tick (`delivered_in_one_pass`), each owner at `owner_delta`."""
     from flwr.simulation import run_simulation
 
     os.environ.update(FLOWER_ENV)
@@ -52,7 +52,7 @@ def simulate(plan_path: Path, owner_dirs: list[Path]) -> None:
     flower.setLevel(logging.ERROR)  # its per-stage messages (and run_simulation's deprecation) would bury progress
     try:
         with delivered_in_one_pass():
-            run_simulation(make_server_app(plan_path), make_client_app([str(path) for path in owner_dirs]),
+            run_simulation(make_server_app(plan_path), make_client_app([str(path) for path in owner_dirs], owner_delta),
                            num_supernodes=len(owner_dirs),
                            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                            "init_args": {"include_dashboard": False, "log_to_driver": False}})
@@ -238,11 +238,13 @@ def start_superlink(processes: Processes, address: str, certificates: Certificat
     return CONNECTION
 
 
-def supernode_command(superlink: str, owner_dir: Path, ca: Path | None, extra_config: str = "") -> list[str]:
-    """An owner's SuperNode: it reaches `superlink` (trusting `ca`, else insecure) and names its owner folder."""
+def supernode_command(superlink: str, owner_dir: Path, ca: Path | None, delta: float, extra_config: str = ""
+                      ) -> list[str]:
+    """An owner's SuperNode: it reaches `superlink` (trusting `ca`, else insecure) and names its owner folder and
+    the delta the owner states its epsilon at."""
     security = ["--insecure"] if ca is None else ["--root-certificates", str(ca.resolve())]
     return [_executable("flower-supernode"), *security, "--superlink", superlink, "--port", str(free_port()),
-            "--node-config", f'{OWNER_DIR}="{owner_dir.resolve()}"{extra_config}']
+            "--node-config", f'{OWNER_DIR}="{owner_dir.resolve()}" {OWNER_DELTA}="{delta!r}"{extra_config}']
 
 
 @contextmanager
@@ -260,22 +262,25 @@ def flower_processes(work_dir: Path) -> Iterator[Processes]:
 
 
 @contextmanager
-def deployed(work_dir: Path, owner_dirs: list[Path]) -> Iterator[tuple[Processes, dict[str, str], str]]:
-    """A SuperLink and one SuperNode per owner on loopback (insecure: one machine), stopped on exit."""
+def deployed(work_dir: Path, owner_dirs: list[Path], owner_delta: float
+             ) -> Iterator[tuple[Processes, dict[str, str], str]]:
+    """A SuperLink and one SuperNode per owner on loopback (insecure: one machine), each owner at `owner_delta`,
+    stopped on exit."""
     with flower_processes(work_dir) as processes:
         address = f"127.0.0.1:{free_port()}"
         connection = start_superlink(processes, address, None)
         for index, owner in enumerate(owner_dirs):
             processes.start(f"supernode-{index:03d}", supernode_command(
-                address, owner, None, f" partition-id={index} num-partitions={len(owner_dirs)}"))
+                address, owner, None, owner_delta, f" partition-id={index} num-partitions={len(owner_dirs)}"))
         yield processes, processes.env, connection
 
 
-def deploy(plan_path: Path, owner_dirs: list[Path], work_dir: Path,
+def deploy(plan_path: Path, owner_dirs: list[Path], work_dir: Path, owner_delta: float,
            started: Callable[[Processes], None] | None = None) -> dict[str, object]:
-    """Run the federation as separate processes; the run's final status and the deployment's wall time."""
+    """Run the federation as separate processes, each owner at `owner_delta`; the run's final status and the
+    deployment's wall time."""
     began = time.perf_counter()
-    with deployed(work_dir, owner_dirs) as (processes, env, connection):
+    with deployed(work_dir, owner_dirs, owner_delta) as (processes, env, connection):
         if started:
             started(processes)
         run_id, status = submit(plan_path, work_dir, env, connection)

@@ -39,8 +39,8 @@ from dpdistill.federated.config import Certificates, FederatedConfig
 from dpdistill.federated.engines import deploy, serve, simulate
 from dpdistill.federated.graph import SecAggGraph, plan_graph
 from dpdistill.federated.owners import check_owners, owner_directory, prepare_owners
-from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire, query_cost,
-                                          refusal)
+from dpdistill.federated.protocol import (CLIP_TAIL, GRID_STEPS, Encoding, GradientAnswer, RunTerms, Wire,
+                                          answer_wire, query_cost, refusal)
 from dpdistill.federated.server_app import FederationPlan, RoundJournal
 from dpdistill.federated.transcription import read_result
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
@@ -115,7 +115,7 @@ def calibrated_wire(config: FederatedConfig, template: Wire, queries: int, failu
 def vote_wire(config: FederatedConfig, num_classes: int, in_shape: tuple[int, ...]) -> Wire:
     """PATE's answers: an owner's counts reach at most its member count, one example moves one vote (two counts by
     one)."""
-    return Wire(num_classes, tuple(in_shape), 1.0, 2, float(config.members), math.sqrt(2))
+    return answer_wire(num_classes, in_shape, config.members)
 
 
 def gradient_wire(config: FederatedConfig, transcription: TranscriptionConfig, num_classes: int,
@@ -123,8 +123,7 @@ def gradient_wire(config: FederatedConfig, transcription: TranscriptionConfig, n
     """FedDPSD's answers: the sum of an owner's members' gradients, each of norm at most GRID_STEPS grid units."""
     answer = GradientAnswer(transcription.distill_loss, transcription.dkd_alpha, transcription.dkd_beta,
                             transcription.temperature, transcription.top_k, transcription.gradient_operation)
-    return Wire(num_classes, tuple(in_shape), 1.0, 2, float(config.members * GRID_STEPS),
-                answer.sensitivity(num_classes), answer)
+    return answer_wire(num_classes, in_shape, config.members, answer)
 
 
 @dataclass(frozen=True)
@@ -238,13 +237,13 @@ class FederatedJob(Job):
         watcher.start()
         try:
             if engine == "simulation":
-                simulate(plan_path, self.owner_dirs)
+                simulate(plan_path, self.owner_dirs, self.config.delta)  # the owners simulated here: the run's
                 return {"engine": engine, "wall_seconds": time.perf_counter() - started}
             work_dir = self.state_dir / "deployment"
             if engine == "remote":
                 return {"engine": engine, **serve(plan_path, work_dir, self.config.address,
                                                   Certificates(Path(str(self.config.certificates))))}
-            return {"engine": engine, **deploy(plan_path, self.owner_dirs, work_dir)}
+            return {"engine": engine, **deploy(plan_path, self.owner_dirs, work_dir, self.config.delta)}
         finally:
             finished.set()
             watcher.join()

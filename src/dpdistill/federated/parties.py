@@ -3,7 +3,8 @@
 - `dpdistill federated serve`: the server plans the run (noise, queries, key-sharing graph), starts a SuperLink with
   TLS, waits for the owners, asks the rounds and trains the student: `dpdistill federated` with `--engine remote`;
 - `dpdistill federated owner`: an owner's SuperNode on the owner's own teacher folder, trusting the federation's
-  CA certificate; its client keeps the owner's ledger there and refuses what the owner's budget does not allow;
+  CA certificate; its client keeps the owner's ledger there, at the owner's own delta, and refuses what the owner's
+  budget does not allow and any run whose terms are not the owner's own;
 - `dpdistill federated finish`: the student and report of a served run whose rounds were all asked (the server
   stopped after them), from its journal alone: no owner is asked again.
 """
@@ -26,9 +27,13 @@ from dpdistill.runs import release_state
 OWNER_FLOWER_DIR = "flower"  # in the owner's folder: the SuperNode's Flower home and logs
 
 
-def run_owner(teacher: Path, superlink: str, root_certificates: Path) -> int:
-    """Serve the owner's teachers to the federation at `superlink` until stopped (SIGINT or SIGTERM); the SuperNode
-    and every ClientApp process it started are stopped with it. Its exit status."""
+def run_owner(teacher: Path, superlink: str, root_certificates: Path, delta: float) -> int:
+    """Serve the owner's teachers to the federation at `superlink` until stopped (SIGINT or SIGTERM), answering only
+    runs stated at the owner's `delta`; the SuperNode and every ClientApp process it started are stopped with it.
+    Its exit status."""
+    from dpdistill.privacy.accounting import validate_delta
+
+    validate_delta(delta)
     if not is_ensemble(teacher):
         raise ConfigError(f"--teacher {teacher} is not a teacher ensemble: train one on your data with "
                           f"`dpdistill train-teacher --dataset DATA --partitions N --out {teacher}`")
@@ -38,7 +43,7 @@ def run_owner(teacher: Path, superlink: str, root_certificates: Path) -> int:
     work_dir = teacher / OWNER_FLOWER_DIR
     try:
         with flower_processes(work_dir) as processes:
-            node = processes.start("supernode", supernode_command(superlink, teacher, root_certificates))
+            node = processes.start("supernode", supernode_command(superlink, teacher, root_certificates, delta))
             print(f"owner {teacher} joined the federation at {superlink} (log: {work_dir / 'logs'}); stop with "
                   f"Ctrl-C", flush=True)
             return node.wait()

@@ -7,7 +7,8 @@ integer grid, plus its own share of discrete Gaussian noise, drawn from secret r
 
 1. The owner's boundary (`checked_answer`): an answer of the wrong shape or with a non-finite value is refused (the
    owner then takes no part in the round, like a dropout); rows above their L2 bound are clipped to it. Nothing
-   the owner's model does can raise the sensitivity.
+   the owner's model does can raise the sensitivity. What the sensitivity, the row bound and the classes are, the
+   owner derives from its own teachers (`Owner`), never from the server's wire (`accept`).
 2. Exact integer encoding (`Encoding`): SecAgg+ shifts values by its clipping range C and quantises them with
    Q / 2C levels per unit; with Q = 2C an integer is its own quantisation, so the server's sum is exact. C is a
    power of two far beyond any answer plus noise: the chance that a share is clipped is below `CLIP_TAIL` over the
@@ -22,9 +23,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -156,6 +157,145 @@ class Wire:
                       "terms": None if terms is None else RunTerms(**terms)})
 
 
+def answer_wire(num_classes: int, in_shape: tuple[int, ...], members: int, gradient: GradientAnswer | None = None
+                ) -> Wire:
+    """The terms that follow from what an owner of `members` members answers, before any noise is sized (share
+    sigma 1, clipping range 2): its row bound (votes: all its members on one class; gradients: each member's
+    GRID_STEPS) and how far one example moves the row (one member's vote: two counts by one; a member's bounded
+    gradient: `GradientAnswer.sensitivity`). The server plans with it; each owner derives the same from its own
+    teachers and answers only a run that states them."""
+    if gradient is None:
+        return Wire(num_classes, tuple(in_shape), 1.0, 2, float(members), math.sqrt(2))
+    return Wire(num_classes, tuple(in_shape), 1.0, 2, float(members * GRID_STEPS), gradient.sensitivity(num_classes),
+                gradient)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What a data owner knows of itself, whatever a server states: its teachers' classes, input shape and
+    members, and the delta it states its epsilon at (`federated owner --delta`)."""
+
+    num_classes: int
+    in_shape: tuple[int, ...]
+    members: int
+    delta: float
+
+    def wire(self, asked: Wire) -> Wire:
+        """`asked` with every term the owner derives itself in place of the server's; the noise share, the
+        clipping range, the gradient's settings (each bounded by GRID_STEPS whatever they are) and the run's terms
+        but its delta stay the server's word, checked by `accept`."""
+        own = answer_wire(self.num_classes, self.in_shape, self.members, asked.gradient)
+        terms = None if asked.terms is None else replace(asked.terms, delta=self.delta)
+        return replace(own, share_sigma=asked.share_sigma, clipping_range=asked.clipping_range, terms=terms)
+
+
+@dataclass(frozen=True)
+class SecAggSettings:
+    """What secure aggregation runs a round with, as the owner's own SecAgg+ took it at the round's setup: the
+    owners sampled, how many hold shares of each one's keys and how many of those unmask, and the fixed-point
+    encoding its answer crosses."""
+
+    sampled: int
+    shares: int
+    threshold: int
+    clipping_range: float
+    quantization_range: int
+    max_weight: float
+
+    def check(self, wire: Wire) -> None:
+        """Refused (ConfigError) unless the round unmasks as the run's terms say (the full graph: every sampled
+        owner holds shares and M - T unmask; a ring: its shares and threshold) and carries the owner's integers
+        exactly (`Encoding`: quantization range 2C, and weight 1, which SecAgg+ multiplies the answer by)."""
+        graph = wire.terms.graph()
+        planned = (self.sampled if graph.full else graph.shares, graph.threshold, float(wire.clipping_range),
+                   2 * wire.clipping_range, 1.0)
+        actual = (self.shares, self.threshold, self.clipping_range, self.quantization_range, self.max_weight)
+        if actual != planned:
+            raise ConfigError(f"secure aggregation runs this round with {self.shares} shares, threshold "
+                              f"{self.threshold}, clipping range {self.clipping_range:g}, quantization range "
+                              f"{self.quantization_range} and weight {self.max_weight:g}; the run's terms plan "
+                              f"{planned[0]}, {planned[1]}, {planned[2]:g}, {planned[3]} and 1")
+
+
+def accept(owner_dir: Path, asked: Wire, owner: Owner, secagg: SecAggSettings | None) -> Wire:
+    """The wire the owner answers by, checked before it computes anything: its own terms (`Owner.wire`), refused
+    (`AnswerRejected`, the reason kept in REFUSED_FILE, nothing charged) when the server's disagree with them, when
+    the server sent no run terms, or when the terms only the server can state are impossible: counts that are not
+    whole numbers, dropouts and colluders the threshold does not allow (`check_dropouts`), a key-sharing graph
+    other than the full one or a ring below the owners present, or a clipping range that would clip the owner's
+    noisy answer more often than CLIP_TAIL; and when the round's secure aggregation (`secagg`, None: the round did
+    not come through it) is not the one the terms plan."""
+    terms = asked.terms
+    if terms is None:
+        refuse(owner_dir, None, "the server sent no run terms: an owner answers only runs its own ledger can account")
+    if secagg is None:
+        refuse(owner_dir, terms.run, "the round did not come through secure aggregation: its answer would leave the "
+                                     "owner unmasked")
+    own = owner.wire(asked)
+    differing = _differences(asked, own)
+    if differing:
+        refuse(owner_dir, terms.run, f"the run states terms this owner computes otherwise: {'; '.join(differing)}")
+    try:
+        check_terms(own)
+        secagg.check(own)
+    except (ConfigError, PrivacyParameterError) as error:
+        refuse(owner_dir, terms.run, str(error))
+    return own
+
+
+def _differences(stated: Wire | RunTerms, own: Wire | RunTerms) -> list[str]:
+    """Each term of `stated` (a wire, or its run terms) that is not the owner's own, with both values."""
+    found = []
+    for name in (field.name for field in fields(own)):
+        said, derived = getattr(stated, name), getattr(own, name)
+        if isinstance(derived, RunTerms) and isinstance(said, RunTerms):
+            found += _differences(said, derived)
+        elif not _same(said, derived):
+            found.append(f"{name} {said!r} (this owner's: {derived!r})")
+    return found
+
+
+def _same(stated: Any, own: Any) -> bool:
+    """Equal, floats to rounding."""
+    if isinstance(own, float):
+        return type(stated) in (int, float) and math.isclose(stated, own, rel_tol=1e-12)
+    return type(stated) is type(own) and stated == own
+
+
+def check_terms(wire: Wire) -> None:
+    """The run's terms that only the server can state (M, T, C, the graph, the rows and rounds, the noise share and
+    the clipping range), checked for what an owner can check of them: refused as impossible."""
+    terms = wire.terms
+    counts = {name: getattr(terms, name) for name in ("queries", "owners", "dropouts", "colluders", "rounds")}
+    graph = {name: getattr(terms, name) for name in ("shares", "threshold") if getattr(terms, name) is not None}
+    for name, value in {**counts, **graph}.items():
+        if type(value) is not int:
+            raise ConfigError(f"the run's terms state {name}={value!r}: not a whole number")
+    if terms.queries < 1 or terms.rounds < 1:
+        raise ConfigError(f"the run's terms plan {terms.queries} rows in {terms.rounds} rounds")
+    check_dropouts(terms.owners, terms.dropouts, terms.colluders)
+    if len(graph) == 1:
+        raise ConfigError(f"the run's terms state {', '.join(graph)} alone: a sparse graph needs shares and "
+                          f"threshold, the full one neither")
+    if graph and not (terms.shares % 2 == 1 and 3 <= terms.shares < terms.owners - terms.dropouts
+                      and 2 <= terms.threshold < terms.shares):
+        raise ConfigError(f"the run's terms state a ring of {terms.shares} shares with threshold {terms.threshold}: "
+                          f"a sparse graph of {terms.owners} owners with {terms.dropouts} dropouts has an odd number "
+                          f"of shares from 3 to {terms.owners - terms.dropouts - 1}, and a threshold from 2 to one "
+                          f"below its shares")
+    query_cost(wire, terms.owners, terms.dropouts, terms.colluders)  # a share sigma it can account, or refused
+    needed = Encoding.for_answers(wire.row_bound, wire.share_sigma, terms.owners).clipping_range
+    if wire.clipping_range < needed:
+        raise PrivacyParameterError(f"the run's clipping range {wire.clipping_range} is below the {needed} this "
+                                    f"owner's answers (up to {wire.row_bound:g}) and its noise share need")
+
+
+def refuse(owner_dir: Path, run: str | None, reason: str) -> NoReturn:
+    """Answer nothing of `run`, keeping the reason in the owner's folder for the operator (and the server's error)."""
+    write_json(owner_dir / REFUSED_FILE, {"run": run, "reason": reason})
+    raise AnswerRejected(reason)
+
+
 def checked_answer(answer: Tensor, rows: int, wire: Wire) -> Tensor:
     """The owner's boundary: refuse the wrong shape or a non-finite value, clip each row to its L2 bound."""
     expected = (rows, wire.num_classes)
@@ -178,20 +318,15 @@ def noisy_share(answer: Tensor, wire: Wire, noise: NoiseSource) -> np.ndarray:
 def admit(owner_dir: Path, wire: Wire, rows: int) -> None:
     """The owner's own budget, checked by its client before it answers: `rows` answers of this run are charged to
     the ledger in the owner's folder (where its local releases are recorded too), at the cost the owner computes
-    from the noise it adds and the run's terms. Refused (`AnswerRejected`, the reason kept in REFUSED_FILE) past the
-    owner's total, without terms, or when the noise changes within a run."""
+    from the noise it adds, its own sensitivity (`wire` is the one `accept` returned) and the run's terms. Refused
+    (`AnswerRejected`, the reason kept in REFUSED_FILE) past the owner's total or when the noise changes within a
+    run."""
     terms = wire.terms
-    if terms is None:
-        reason = "the server sent no run terms: an owner answers only runs its own ledger can account"
-    else:
-        try:
-            query = query_cost(wire, terms.owners, terms.dropouts, terms.colluders)
-            ReleaseLedger(owner_dir).answer(terms.run, query, rows, terms.queries, terms.delta, terms.failure())
-            return
-        except (BudgetExceededError, PrivacyParameterError) as error:
-            reason = str(error)
-    write_json(owner_dir / REFUSED_FILE, {"run": None if terms is None else terms.run, "reason": reason})
-    raise AnswerRejected(reason)
+    try:
+        query = query_cost(wire, terms.owners, terms.dropouts, terms.colluders)
+        ReleaseLedger(owner_dir).answer(terms.run, query, rows, terms.queries, terms.delta, terms.failure())
+    except (BudgetExceededError, PrivacyParameterError) as error:
+        refuse(owner_dir, terms.run, str(error))
 
 
 def refusal(owner_dir: Path, run: str) -> str | None:
