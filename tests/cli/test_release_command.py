@@ -39,8 +39,10 @@ def test_release_trains_a_dp_teacher_and_transcribes_it_under_its_epsilon(tmp_pa
     assert report["timing"]["release_seconds"] > report["timing"]["wall_seconds"]
     assert {"student.safetensors", "generator.safetensors", "synthetic.npz", "samples.png", "report.md"} <= {
         path.name for path in out.iterdir()}
-    (entry,) = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
+    own, entry = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
+    assert (own["method"], own["status"]) == ("dpsgd", "own release")  # the release the teacher is
     assert (entry["method"], entry["epsilon"], entry["event"]["type"]) == ("release", 0.0, "NoOpDpEvent")
+    assert report["privacy"]["data_set_ledger"]["spent_epsilon"] == pytest.approx(own["epsilon"])
     assert json.loads((out / "student.json").read_text())[PROVENANCE]["release"] == "release"
     again = invoke("release", "--dataset", "digits", "--epsilon", 2, "--out", out, "--resume")
     assert again.exit_code == 2 and "has finished" in flat(again.output)
@@ -67,8 +69,9 @@ def test_a_dp_runs_directory_is_a_teacher_as_it_stands(digits_dp_teacher: Path, 
     assert "post-processing" in flat(result.output)
     privacy = json.loads((tmp_path / "tr" / "report.json").read_text())["privacy"]
     assert privacy["epsilon"] == json.loads((teacher / "report.json").read_text())["privacy"]["epsilon"]
-    budget = invoke("budget", teacher)
-    assert budget.exit_code == 0 and "spent: epsilon 0" in flat(budget.output)
+    budget = invoke("budget", teacher)  # what it spent is the release it is: the transcription added nothing
+    own = json.loads((teacher / "report.json").read_text())["privacy"]["epsilon_replace_one"]
+    assert budget.exit_code == 0 and f"spent: epsilon {own:.4g}" in flat(budget.output)
 
 
 def test_a_declared_dp_teacher_is_transcribed_as_its_owners_claim(foreign_teacher, tmp_path: Path):
@@ -84,3 +87,14 @@ def test_a_declared_dp_teacher_is_transcribed_as_its_owners_claim(foreign_teache
     report = json.loads((tmp_path / "tr" / "report.json").read_text())
     assert report["privacy"]["epsilon"] == 3 and report["privacy"]["teacher_release"]["verified"] is False
     assert "NOT verified by dpdistill" in (tmp_path / "tr" / "report.md").read_text()
+
+
+def test_a_release_whose_teacher_has_no_guarantee_is_recorded_as_unbounded_not_free(tmp_path: Path):
+    out = tmp_path / "release"
+    result = invoke("release", "--dataset", "digits", "--epsilon", 2, "--out", out, "--iterations", 1,
+                    "--synthetic-size", 0, "--teacher-set", "epochs=1", "--teacher-set", "reproducible_noise=true",
+                    *TINY)
+    assert result.exit_code == 0, result.output
+    entries = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
+    assert [(entry["method"], entry["event"]["type"]) for entry in entries] == [("release", "ComposedDpEvent")]
+    assert entries[0]["epsilon"] == "inf" and entries[0]["event"]["events"][-1]["type"] == "NonPrivateDpEvent"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpdistill.data import load_dataset
-from dpdistill.errors import ConfigError
+from dpdistill.errors import BudgetExceededError, ConfigError
 from dpdistill.methods.config import build_config
 from dpdistill.methods.transcription import DP_TEACHER_COVERS
 from dpdistill.pipeline import transcribe
@@ -41,7 +41,8 @@ def test_a_dp_teacher_is_transcribed_at_its_own_epsilon_and_charged_nothing(dp_t
     assert privacy["relation"] == "add-remove" and privacy["epsilon_replace_one"] == stated["epsilon_replace_one"]
     assert privacy["covered"] == DP_TEACHER_COVERS and "formal_guarantee" not in privacy
     assert privacy["teacher_release"]["release"] == "dpsgd" and privacy["teacher_release"]["verified"]
-    assert privacy["ledger"]["spent_epsilon"] == 0
+    # its ledger: the release the teacher is, and the transcription's, which adds nothing
+    assert privacy["ledger"]["spent_epsilon"] == pytest.approx(stated["epsilon_replace_one"])
     assert charged_queries(dp_teacher, tmp_path / "run") == 0  # a NoOpDpEvent
     assert report["accuracy"]["teacher"] == pytest.approx(
         json.loads((dp_teacher / "report.json").read_text())["accuracy"]["student"])  # public: a DP release
@@ -62,7 +63,8 @@ def test_noisy_answers_from_a_dp_teacher_compose_in_its_ledger_as_usual(dp_teach
     privacy = report["privacy"]
     assert privacy["epsilon"] == teacher_privacy(dp_teacher)["epsilon"]  # post-processing bounds it whatever the noise
     assert 4.9 < privacy["route_epsilon"] <= 5.0
-    assert privacy["ledger"]["spent_epsilon"] == pytest.approx(privacy["route_epsilon"])
+    own = teacher_privacy(dp_teacher)["epsilon_replace_one"]  # the teacher's own release, added (basic composition)
+    assert privacy["ledger"]["spent_epsilon"] == pytest.approx(own + privacy["route_epsilon"])
     assert charged_queries(dp_teacher, tmp_path / "run") == 3 * 32
 
 
@@ -81,7 +83,7 @@ def test_a_dp_teacher_with_a_sample_source_is_refused_before_any_write(dp_teache
                           dp_teacher=True)
     with pytest.raises(ConfigError, match="sample source"):
         transcribe(dp_teacher, config, tmp_path / "run")
-    assert not (tmp_path / "run").exists() and not (dp_teacher / LEDGER_FILE).exists()
+    assert not (tmp_path / "run").exists() and len(ReleaseLedger(dp_teacher).read().entries) == 1  # its own
 
 
 @pytest.mark.slow
@@ -116,3 +118,20 @@ def test_a_transcription_of_a_dp_teacher_learns_on_digits(dp_teacher: Path, tmp_
     # chance is 0.1; six transcriptions of three fresh teachers measured 0.24 to 0.29 at 40 iterations and 0.29 to
     # 0.39 at 150 (the teacher's secret noise differs each session)
     assert report["accuracy"]["student"] > 0.2
+
+
+def test_a_dp_models_own_ledger_holds_the_release_it_is_and_its_free_students_inherit_it(dp_teacher: Path,
+                                                                                          tmp_path: Path):
+    stated = teacher_privacy(dp_teacher)
+    own = ReleaseLedger(dp_teacher).own()
+    assert own is not None and own.epsilon == pytest.approx(stated["epsilon_replace_one"])
+    with pytest.raises(BudgetExceededError, match="already spent"):  # a total below what the model is: refused
+        ReleaseLedger(dp_teacher).set_total(0.01)
+    config = build_config(None, SMALL, {"mode": "none"}, dp_teacher=True)
+    report = transcribe(dp_teacher, config, tmp_path / "run")
+    assert ReleaseLedger(tmp_path / "run").own() == own  # the student is the teacher's release, no more
+    shown = report["privacy"]["data_set_ledger"]  # the data the teacher's release read, shown, not charged again
+    assert shown["data_set"] == "digits" and shown["spent_epsilon"] >= stated["epsilon_replace_one"] - 1e-9
+    assert "data_set" not in json.dumps(json.loads((tmp_path / "run" / "report.json").read_text())["privacy"]
+                                        .get("ledger", {}))  # and no digest anywhere public
+    assert load_dataset("digits").digest not in (tmp_path / "run" / "report.json").read_text()

@@ -82,6 +82,8 @@ class Job(ABC):
     # the data set the release reads (`data_read`: its digest and name; None: not known): the ledger of the
     # individuals in the data records the release for each of its examples
     data_set: tuple[str, str] | None = None
+    # the DP teacher whose release the run's models are (a free transcription: post-processing), None: their own
+    inherits: Path | None = None
     # what the run releases before its first query (a noisy count of the training set, in config.json): a run
     # that fails before it asks anything is still charged this, in the ledgers of its reservations
     released_first: Release | None = None

@@ -13,7 +13,7 @@ from typing import Any
 from dpdistill import __version__
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method, Source
-from dpdistill.methods.teachers import model_class_names
+from dpdistill.methods.teachers import model_class_names, released_data_set
 from dpdistill.models.checkpoint import CLASS_NAMES, STUDENT, save_model
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.ledger import Release, ReleaseLedger, coverage
@@ -74,14 +74,23 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
                    for reserved, release in reservations}
         if ledger is not None:
             privacy["ledger"] = ledger.standing(settled[ledger])
+        # the data whose examples the models' release read: this run's, or its DP teacher's (shown, not charged)
+        data_set = job.data_set or (None if job.inherits is None else released_data_set(job.inherits))
         if data is not None:
             privacy["data_set_ledger"] = data.standing(settled[data])
+        elif data_set is not None:
+            shown = DatasetLedger(*data_set)
+            privacy["data_set_ledger"] = shown.standing(shown.read())
         # a covered run's models are DP releases: their provenance travels with them, so any of them can be a
-        # teacher transcribed at no further cost
+        # teacher transcribed at no further cost, and their own ledger starts with the release they are
         provenance = Provenance.of_run(method.name, privacy, str(out_dir.resolve()))
         for name, (model, meta) in outcome.models.items():
             save_model(out_dir, model, meta if provenance is None else {**meta, PROVENANCE: provenance.to_json()},
                        name=name)
+        if provenance is not None:
+            inherited = None if job.inherits is None else ReleaseLedger(job.inherits).own()
+            ReleaseLedger(out_dir).record_own(method.name, inherited or (
+                provenance.as_release() if job.inherits is not None else released))
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
                   "seed": config.seed, "dpdistill_version": __version__}
         class_names = model_class_names(outcome.models[STUDENT][1], None)  # the released student's, by label
@@ -93,6 +102,7 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
             markdown += confusion_section()
         outcome.write_files(out_dir, report)
         write_report(out_dir, report, markdown)
-        write_private_record(out_dir, outcome.private_record())
+        write_private_record(out_dir, {**outcome.private_record(),
+                                       **({} if data_set is None else {"data_set": list(data_set)})})
         shutil.rmtree(release_state(out_dir), ignore_errors=True)
         return report

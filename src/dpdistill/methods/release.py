@@ -102,7 +102,7 @@ class ReleaseJob(Job):
 
     def __init__(self, config: ReleaseConfig, out_dir: Path, progress: Progress | None) -> None:
         self.config, self.out_dir, self.progress = config, out_dir, progress
-        self.teacher_dir = out_dir / TEACHER_DIR
+        self.teacher_dir = self.inherits = out_dir / TEACHER_DIR  # its models are the DP teacher's release
         dataset = load_dataset(config.teacher.dataset)
         # the teacher's public training-set size; a noisy count drawn here is released (and charged) only by the
         # teacher's own run, which keeps it in OUT/teacher/config.json
@@ -120,8 +120,8 @@ class ReleaseJob(Job):
         self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
         outcome = transcription.run(resume=release_state(self.out_dir).exists())
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
-        outcome.privacy["ledger"] = ledger.standing(
-            ledger.settle(self.out_dir, PrivateRelease.name, Release.post_processing(self.config.teacher.delta)))
+        free = Release.post_processing(self.config.teacher.delta).with_reads(self.uncovered)  # unless it read more
+        outcome.privacy["ledger"] = ledger.standing(ledger.settle(self.out_dir, PrivateRelease.name, free))
         chosen = selection_note(PrivateTrainingConfig.from_dict(teacher["config"]))  # the settings that ran
         outcome.report["notes"] = [chosen] if chosen else []
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,

@@ -19,7 +19,7 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.checkpoint import CLASS_NAMES, ENCODER, STUDENT, read_meta, saved_class_names
 from dpdistill.models.ensemble import is_ensemble, load_teacher, teacher_checkpoint
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
-from dpdistill.reporting.report import describe_classes
+from dpdistill.reporting.report import PRIVATE_DIR, PRIVATE_RECORD, describe_classes
 from dpdistill.runs import REPORT_FILE
 from dpdistill.training.teacher import SCATTER_INIT
 
@@ -32,6 +32,17 @@ def teacher_data_set(meta: dict[str, Any]) -> tuple[str, str] | None:
     did not train it (imported, or older)."""
     digest = meta.get(DATA_DIGEST) or meta.get("ensemble", {}).get(DATA_DIGEST)
     return None if digest is None else (digest, str(meta.get("ensemble", {}).get("dataset") or meta.get("dataset")))
+
+
+def released_data_set(model_dir: Path) -> tuple[str, str] | None:
+    """The data set whose examples a DP model's release read (digest, name), from its run's private record; None
+    where the record does not say (an older run, or a model brought in from elsewhere)."""
+    record = model_dir / PRIVATE_DIR / PRIVATE_RECORD
+    try:
+        digest, name = json.loads(record.read_text())["data_set"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    return str(digest), str(name)
 
 
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:

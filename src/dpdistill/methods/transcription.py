@@ -126,6 +126,7 @@ class TranscriptionJob(Job):
         # a teacher trained here on a data set: that data set's ledger records the release too (a DP teacher's
         # transcription spends nothing more)
         self.data_set = None if self.provenance is not None else teacher_data_set(self.meta)
+        self.inherits = None if self.provenance is None else teacher_dir  # the models are its release
 
     def _answers(self, count: int) -> Release:
         """The release of `count` answers; from a DP teacher without noise, none (post-processing)."""

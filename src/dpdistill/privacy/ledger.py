@@ -40,6 +40,7 @@ LOCK_FILE = ".ledger.lock"
 LEDGER_FORMAT = 1
 DEFAULT_DELTA = 1e-5  # of a total set without one, and of the spent epsilon of a ledger without total or runs
 RESERVED, SPENT = "reserved", "spent"
+OWN = "own release"  # a DP model's ledger: the release the model itself is
 EVENT_FIELDS: dict[type, tuple[str, ...]] = {  # the dp-accounting events dpdistill records, and their fields
     dp_accounting.GaussianDpEvent: ("noise_multiplier",),
     dp_accounting.RandomizedResponseDpEvent: ("noise_parameter", "num_buckets"),
@@ -178,7 +179,7 @@ class LedgerEntry:
     def from_json(cls, data: dict[str, Any]) -> "LedgerEntry":
         release = Release(event_from_json(data["event"]), float(data["delta"]), float(data["epsilon"]),
                           bool(data["discrete"]), float(data.get("failure", 0.0)))
-        if data["status"] not in (RESERVED, SPENT):
+        if data["status"] not in (RESERVED, SPENT, OWN):
             raise ValueError(f"unknown status {data['status']!r}")
         answered = data.get("answered")
         return cls(str(data["out_dir"]), str(data["method"]), str(data["time"]), data["status"], release,
@@ -206,18 +207,34 @@ class LedgerState:
 
     @property
     def delta(self) -> float:
-        """The delta the spent epsilon is stated at: the total's, else the largest a run used."""
+        """The delta the spent epsilon is stated at: the total's, else the largest a release from the model used,
+        plus the model's own release's (`ledger_epsilon` adds that one)."""
         if self.total is not None:
             return self.total.delta
-        return max((entry.release.delta for entry in self.entries), default=DEFAULT_DELTA)
+        own = sum(entry.release.delta for entry in self.entries if entry.status == OWN)
+        made = max((entry.release.delta for entry in self.entries if entry.status != OWN), default=0.0)
+        return own + made or DEFAULT_DELTA
 
     def spent(self, delta: float | None = None) -> float:
-        return composed_epsilon([entry.release for entry in self.entries], self.delta if delta is None else delta)
+        return ledger_epsilon(self.entries, self.delta if delta is None else delta)
 
     def reservation(self, out_dir: str) -> int | None:
         """Index of the latest reservation the run writing `out_dir` holds."""
         return next((index for index in reversed(range(len(self.entries)))
                      if self.entries[index].out_dir == out_dir and self.entries[index].status == RESERVED), None)
+
+
+def ledger_epsilon(entries: Sequence[LedgerEntry], delta: float, added: Release | None = None) -> float:
+    """Sound epsilon at `delta` of a ledger's entries and `added`: the releases made from the model composed
+    exactly (`composed_epsilon`; post-processing adds nothing), and a DP model's own release (status OWN), of
+    whose mechanism the ledger may know only the stated (epsilon, delta), added to them (basic composition)."""
+    own = [entry.release for entry in entries if entry.status == OWN]
+    made = [release for release in [*(entry.release for entry in entries if entry.status != OWN), added]
+            if release is not None and not isinstance(release.event, dp_accounting.NoOpDpEvent)]
+    own_epsilon, own_delta = sum(release.epsilon for release in own), sum(release.delta for release in own)
+    if not made:
+        return own_epsilon if own_delta <= delta * (1 + 1e-9) else math.inf
+    return math.inf if own_delta >= delta else own_epsilon + composed_epsilon(made, delta - own_delta)
 
 
 def composed_epsilon(releases: Sequence[Release], delta: float) -> float:
@@ -332,7 +349,7 @@ class ReleaseLedger:
         """Refuse `release` if, composed with the `kept` entries, it would pass the total."""
         if state.total is None:
             return
-        after = composed_epsilon([*(entry.release for entry in kept), release], state.total.delta)
+        after = ledger_epsilon(kept, state.total.delta, release)
         if after > state.total.epsilon:
             spent = state.spent()
             raise BudgetExceededError(
@@ -365,6 +382,23 @@ class ReleaseLedger:
             state = replace(state, entries=(*kept, LedgerEntry(key, "federated answers", now, SPENT, release, rows)))
             self._write(state)
             return state
+
+    def record_own(self, method: str, release: Release) -> LedgerState:
+        """Record the release the DP model in this directory is (once: its run's, or the DP teacher's it was
+        transcribed from): every later release from the model composes with it, and no total below it can be
+        set."""
+        with self._locked():
+            state = self.read()
+            kept = tuple(entry for entry in state.entries if entry.status != OWN)
+            own = LedgerEntry(str(self.directory.resolve()), method, datetime.now(timezone.utc).isoformat(
+                timespec="seconds"), OWN, release)
+            state = replace(state, entries=(own, *kept))
+            self._write(state)
+            return state
+
+    def own(self) -> Release | None:
+        """The release the model in this directory is, where its ledger records it."""
+        return next((entry.release for entry in self.read().entries if entry.status == OWN), None)
 
     def withdraw(self, out_dir: Path) -> LedgerState:
         """Drop the reservation of the run writing `out_dir`, which failed before it asked anything: nothing was

@@ -18,8 +18,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import dp_accounting
+
 from dpdistill.errors import CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import validate_delta, validate_epsilon
+from dpdistill.privacy.ledger import Release
 from dpdistill.reporting.report import is_covered
 
 PROVENANCE = "provenance"  # the key of a model description that holds it
@@ -70,6 +73,16 @@ class Provenance:
         return cls(release=DECLARED, epsilon=epsilon, delta=delta, relation=relation,
                    epsilon_replace_one=epsilon if relation == REPLACE_ONE else None, verified=False,
                    covers="the model, as its owner declares (trained with DP elsewhere)")
+
+    def as_release(self) -> Release:
+        """The release this provenance states, as a ledger records it under replace-one: its stated epsilon there,
+        or, where only an add/remove figure is known, what it implies for replacing one example (an add and a
+        remove: twice epsilon, at delta (1 + e^epsilon) delta). Its mechanism unknown, a ledger adds it to the
+        rest (basic composition)."""
+        if self.epsilon_replace_one is not None:
+            return Release(dp_accounting.NoOpDpEvent(), self.delta, self.epsilon_replace_one)
+        return Release(dp_accounting.NoOpDpEvent(), min(self.delta * (1 + math.exp(self.epsilon)), 1.0),
+                       2 * self.epsilon)
 
     @classmethod
     def of_meta(cls, meta: dict[str, Any]) -> "Provenance | None":
