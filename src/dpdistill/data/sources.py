@@ -84,9 +84,9 @@ def load_idx_folder(folder: Path, name: str, source: str, num_classes: int | Non
 def load_npz(path: Path) -> ImageDataset:
     """An .npz with x_train, y_train, x_test, y_test, read without unpickling: object arrays are refused.
 
-    An optional ids_train gives each training image a stable integer id (unique). Give one if your data change
-    between runs: without it the ids are the positions, and removing an image renumbers the ones after it, which
-    can move them to other members of an ensemble."""
+    An optional ids_train gives each training image a stable integer id (unique); without one the ids are digests of
+    each example's content (ImageDataset), which adding, removing or reordering others never moves. Optional too:
+    declared_size, num_classes and class_names (see the NPZ_* names above). The test split is treated as public."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [key for key in NPZ_ARRAYS if key not in archive.files]
