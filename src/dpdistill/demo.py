@@ -1,19 +1,19 @@
-"""`dpdistill demo`: on Fashion-MNIST, the route that works beside the faithful transcription, in a few minutes.
+"""`dpdistill demo`: on Fashion-MNIST, the routes that work beside the faithful transcription, in a few minutes.
 
-Three rows at one sound epsilon, every figure from the pipeline's own reports:
+Four rows at one sound epsilon, every figure from the pipeline's own reports:
 
 1. DP-SGD on scattering features (scatter-linear: a fixed transform, nothing learnt, then a linear head trained
    with DP-SGD): a covered student that needs no public data. Its budget is stated for replacing one example,
-   the relation of the transcription row, so the two epsilons compare like for like.
+   the relation of the other rows, so the epsilons compare like for like.
 2. DPSD in data mode from one non-private teacher, at the same epsilon: covered, and near chance. The reason is
    the mechanism, not the implementation: each answer is beta * u + N(0, (sigma * beta)^2 I) with ||u|| <= 1, so
    all N answers together carry at most N / (2 sigma^2) nats about the teacher (the Gaussian channel's capacity),
    and at a sound epsilon of 3 that is a fraction of a bit, far below the log2(classes!) bits it takes only to
    tell which class is which (BENCHMARKS.md, the capacity bound).
 3. The teacher itself, no guarantee: the most DPSD's student could learn from it.
-4. Row 1's DP-SGD student, itself a DP release, transcribed into a cnn student, a generator and a small synthetic
-   set: post-processing, so the same epsilon as row 1 and nothing more spent (`dpdistill release` in short: a few
-   dozen iterations here, the full run in BENCHMARKS.md).
+4. PATE: the private data split into an ensemble of linear heads on scattering features, each on its own part,
+   their noisy votes labelling public images (the first test images; accuracy is measured on the rest): one
+   example changes one member, so the ensemble's answers carry far more than one teacher's at the same epsilon.
 
 The demo writes only under --out, into the run folders it names in `demo.json`; a second demo into the same
 --out removes those folders first, and it refuses to start over folders of those names it did not write.
@@ -34,20 +34,21 @@ from rich.console import Console
 from rich.table import Table
 
 from dpdistill.errors import ConfigError
-from dpdistill.jobs import train_teacher
+from dpdistill.jobs import train_teacher, train_teacher_ensemble
 from dpdistill.methods.config import build_config
-from dpdistill.pipeline import train_private, transcribe
+from dpdistill.methods.pate import PateConfig
+from dpdistill.pipeline import pate, train_private, transcribe
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import is_covered, write_json
 from dpdistill.runs import check_out_dir
 from dpdistill.training.private import PrivateTrainingConfig
-from dpdistill.training.teacher import TeacherConfig
+from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig
 
 DEMO_EPSILON = 3.0
 DEMO_DELTA = 1e-5
 RELATION = "replace-one"  # the transcription's relation: DP-SGD's epsilon then means the same as DPSD's
 SUMMARY = "demo.json"  # the demo's own record of its run folders and of the table
-RUNS = ("dpsgd", "teacher", "dpsd", "release")  # the folders a demo writes under --out
+RUNS = ("dpsgd", "teacher", "dpsd", "ensemble", "pate")  # the folders a demo writes under --out
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,15 @@ class DemoScale:
     dpsgd: dict[str, Any]  # overrides of scatter-linear's DP-SGD defaults
     teacher: dict[str, Any]  # TeacherConfig's settings of the cnn teacher
     dpsd: dict[str, Any]  # overrides of the `demo` transcription preset
-    transcribed: dict[str, Any]  # overrides of the `dp-teacher` preset for the DP-SGD student's transcription
+    members: int  # PATE's ensemble: linear heads on scattering features, one per part of the data
+    heads: dict[str, Any]  # TeacherConfig's settings of the heads
+    pate: dict[str, Any]  # PateConfig's settings
     report_every: int  # print every n-th DPSD iteration
 
 
+# PATE's heads: the benchmarks' (Adam 0.01, weight decay 0.01); their scatter-linear student on 500 noisy answers
+HEADS = {"init": SCATTER_INIT, "heads_only": True, "lr": 0.01, "weight_decay": 0.01}
+PATE_STUDENT = {"student_arch": "scatter-linear", "answer_targets": "posterior", "self_training_rounds": 0}
 SCALES = {
     # 15 of the default 40 epochs, to fit 5 minutes beside the transform: 88.0, 88.0, 88.1, 88.1 and 88.1% in five
     # runs at the demo's epsilon (fresh noise each; 88.2% with 20 epochs). DPSD asks a tenth of the `demo` preset's
@@ -68,16 +74,15 @@ SCALES = {
     # overall noise multiplier m)
     "fmnist": DemoScale(dpsgd={"epochs": 15}, teacher={"epochs": 1},
                         dpsd={"iterations": 30, "batch_size": 64, "eval_every": 30, "checkpoint_every": 30},
-                        transcribed={"iterations": 40, "eval_every": 10, "checkpoint_every": 40,
-                                     "synthetic_size": 2000, "synthetic_epochs": 3},
-                        report_every=10),
+                        members=100, heads={**HEADS, "min_steps": 150},
+                        pate={**PATE_STUDENT, "queries": 500, "min_steps": 300}, report_every=10),
     # digits' 1,437 training images: a batch and a step scaled to them (the scattering test's settings)
     "digits": DemoScale(dpsgd={"epochs": 5, "batch_size": 256, "lr": 2.0},
                         teacher={"epochs": 5, "batch_size": 64, "min_steps": 0},
                         dpsd={"iterations": 20, "batch_size": 32, "eval_every": 10, "checkpoint_every": 10},
-                        transcribed={"iterations": 10, "batch_size": 32, "replay_size": 1024, "eval_every": 10,
-                                     "checkpoint_every": 10, "synthetic_size": 200, "synthetic_epochs": 1},
-                        report_every=10),
+                        members=10, heads={**HEADS, "min_steps": 100},
+                        pate={**PATE_STUDENT, "queries": 100, "public_size": 180, "min_steps": 100,
+                              "accept_noise": True}, report_every=10),
 }
 
 
@@ -101,11 +106,10 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     dpsd = transcribe(out / "teacher", config, out / "dpsd", dataset,
                       progress=_every(console, "iteration", scale.report_every, "student_accuracy"))
     _done(console, started)
-    console.print(f"[bold]4/4[/] row 1's DP-SGD student transcribed into a cnn student, a generator and synthetic "
-                  f"images: post-processing of a DP release, nothing more spent (a short run)")
-    config = build_config(None, {"student_arch": "cnn", **scale.transcribed}, {"mode": "none"}, dp_teacher=True)
-    transcribed = transcribe(out / "dpsgd", config, out / "release", dataset,
-                             progress=_every(console, "iteration", scale.report_every, "student_accuracy"))
+    console.print(f"[bold]4/4[/] PATE: {scale.members} linear heads on scattering features, each trained on its "
+                  f"own part of {dataset}, label public images through noisy votes at epsilon {DEMO_EPSILON:g}")
+    train_teacher_ensemble(dataset, out / "ensemble", TeacherConfig(**scale.heads), scale.members)
+    voted = pate(out / "ensemble", PateConfig(epsilon=DEMO_EPSILON, delta=DEMO_DELTA, **scale.pate), out / "pate")
     _done(console, started)
     rows = [
         {"route": "DP-SGD, scatter-linear", "uses": "private images, scattering features",
@@ -118,9 +122,9 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
         {"route": "teacher, NOT private", "uses": "private images, no noise",
          "accuracy": teacher["accuracy"]["teacher"], "epsilon": math.inf, "paper_epsilon": None, "covered": False,
          "report": "teacher/report.json"},
-        {"route": f"row 1 -> cnn, {config.iterations} its", "uses": "row 1's student, no data",
-         "accuracy": transcribed["accuracy"]["student"], "epsilon": transcribed["privacy"]["epsilon"],
-         "paper_epsilon": None, "covered": is_covered(transcribed["privacy"]), "report": "release/report.md"},
+        {"route": f"PATE, {scale.members} heads", "uses": "noisy votes on public images",
+         "accuracy": voted["accuracy"]["student"], "epsilon": voted["privacy"]["epsilon"], "paper_epsilon": None,
+         "covered": is_covered(voted["privacy"]), "report": "pate/report.md"},
     ]
     wall_seconds = time.perf_counter() - started
     write_json(out / SUMMARY, {"runs": list(RUNS), "dataset": dataset, "rows": rows, "wall_seconds": wall_seconds})
@@ -146,16 +150,15 @@ def _print_table(output: Console, rows: list[dict[str, Any]], title: str, bits: 
                       "-" if row["paper_epsilon"] is None else f"{row['paper_epsilon']:.3g}",
                       "yes" if row["covered"] else "no", row["report"])
     output.print(table)
-    best, dpsd, transcribed = rows[0], rows[1], rows[3]
+    best, dpsd, voted = rows[0], rows[1], rows[3]
     output.print(f"Sound epsilon: dp-accounting's, for replacing one private example, at delta {DEMO_DELTA:g}. *The "
                  f"DPSD paper's formula for the same run: NOT a guarantee.\n", highlight=False)
     output.print(f"Use DP-SGD on scattering features (`dpdistill train-private --student-arch scatter-linear`): "
                  f"{100 * best['accuracy']:.1f}% at a sound epsilon of {best['epsilon']:.3g}, every update covered, "
                  f"no public data needed.", highlight=False)
-    output.print(f"Its student is itself a DP release: transcribed for free ({100 * transcribed['accuracy']:.1f}% "
-                 f"after this short run) into a cnn student, a generator and synthetic images under the same "
-                 f"epsilon (`dpdistill release` does both steps; full-length figures in BENCHMARKS.md).",
-                 highlight=False)
+    output.print(f"Where the data can be split into many parts and public images are at hand, an ensemble's noisy "
+                 f"votes teach a student too ({100 * voted['accuracy']:.1f}%, `dpdistill train-teacher --partitions` "
+                 f"then `dpdistill pate`): one example changes one member's vote.", highlight=False)
     output.print(f"The single-teacher DPSD student is near chance ({100 * dpsd['accuracy']:.1f}%) because of the "
                  f"capacity bound: at this noise all its answers together carry at most {bits:.2g} bits about the "
                  f"teacher, far below the log2({classes}!) = {math.lgamma(classes + 1) / math.log(2):.1f} bits it "
