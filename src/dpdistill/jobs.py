@@ -312,9 +312,7 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
     arch, kept = keep_factory(factory, code_kept, out_dir)
     meta = {**classifier_meta(arch, dataset.input_shape, dataset.num_classes, dataset_name), "factory": kept,
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
-    if declared is not None:
-        meta[PROVENANCE] = declared.to_json()
-    save_model(out_dir, model, meta)
+    save_model(out_dir, model, meta, provenance=declared)
     teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory
     test_accuracy = accuracy(teacher, dataset.x_test, dataset.y_test)
     chance = 1 / dataset.num_classes

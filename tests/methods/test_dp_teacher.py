@@ -1,5 +1,6 @@
 """A teacher that is itself a DP release is transcribed at no further cost: its epsilon is the run's, its ledger
-records the run as free, every output carries its provenance, and whatever reads private data besides voids it."""
+records the run as free, every output carries its provenance, and whatever reads private data besides voids it. A
+provenance is checked against the weights and the run it describes."""
 
 import json
 import shutil
@@ -7,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file, save_file
 
 from dpdistill.data import load_dataset
-from dpdistill.errors import ConfigError
+from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
+from dpdistill.methods.teachers import DATA_DIGEST, teacher_provenance
 from dpdistill.methods.transcription import DP_TEACHER_COVERS
 from dpdistill.pipeline import transcribe
 from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
@@ -48,6 +51,7 @@ def test_a_dp_teacher_is_transcribed_at_its_own_epsilon_and_charged_nothing(dp_t
     student = json.loads((tmp_path / "run" / "student.json").read_text())
     assert student[PROVENANCE]["epsilon"] == stated["epsilon"]  # the student is a DP release too: a free teacher
     assert "post-processing" in (tmp_path / "run" / "report.md").read_text()
+    assert teacher_provenance(tmp_path / "run").verified  # the student's provenance checks out as written
 
 
 def test_the_dp_teacher_preset_relabels_augmented_samples_and_drops_batchnorm_matching(dp_teacher: Path):
@@ -116,3 +120,66 @@ def test_a_transcription_of_a_dp_teacher_learns_on_digits(dp_teacher: Path, tmp_
     # chance is 0.1; six transcriptions of three fresh teachers measured 0.24 to 0.29 at 40 iterations and 0.29 to
     # 0.39 at 150 (the teacher's secret noise differs each session)
     assert report["accuracy"]["student"] > 0.2
+
+
+def describe(directory: Path, change) -> None:
+    """Apply `change` to every description file of the teacher or student in `directory`."""
+    for name in ("model.json", "meta.json", "student.json"):
+        if (directory / name).exists():
+            meta = json.loads((directory / name).read_text())
+            change(meta)
+            (directory / name).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("drop_data_digest, refusal", [
+    (True, "model.safetensors is not the model its provenance"),  # the weights are not the release's
+    (False, "carries a DP provenance beside 'data_digest \\(private\\)'"),  # and a model trained without DP
+])
+def test_a_dp_provenance_pasted_onto_a_teacher_trained_without_dp_is_refused(
+        digits_teacher: Path, dp_teacher: Path, tmp_path: Path, drop_data_digest: bool, refusal: str):
+    teacher = Path(shutil.copytree(digits_teacher, tmp_path / "teacher"))
+    pasted = json.loads((dp_teacher / "student.json").read_text())[PROVENANCE]
+
+    def paste(meta: dict) -> None:
+        meta[PROVENANCE] = pasted
+        if drop_data_digest:
+            meta.pop(DATA_DIGEST)
+
+    describe(teacher, paste)
+    with pytest.raises(CheckpointError, match=refusal):
+        transcribe(teacher, build_config(None, SMALL, {"mode": "none"}, dp_teacher=True), tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (teacher / LEDGER_FILE).exists()
+
+
+def test_weights_swapped_under_a_dp_provenance_are_refused(dp_teacher: Path):
+    weights = dp_teacher / "student.safetensors"
+    save_file({key: value + 0.01 for key, value in load_file(weights).items()}, weights)
+    with pytest.raises(CheckpointError, match="student.safetensors is not the model its provenance in .*student.json"):
+        teacher_provenance(dp_teacher)
+
+
+def test_a_provenance_or_report_edited_apart_is_refused(dp_teacher: Path, tmp_path: Path):
+    alone = tmp_path / "alone"  # the student copied without its report: checked against its run's, where it is
+    alone.mkdir()
+    for name in ("student.safetensors", "student.json"):
+        shutil.copy(dp_teacher / name, alone / name)
+    assert teacher_provenance(alone).verified
+    report = json.loads((dp_teacher / "report.json").read_text())
+    report["privacy"]["epsilon"] /= 2
+    (dp_teacher / "report.json").write_text(json.dumps(report))
+    with pytest.raises(CheckpointError, match="report.json does not state the release the provenance"):
+        teacher_provenance(dp_teacher)
+    shutil.copy(alone / "student.json", dp_teacher / "student.json")
+    report["privacy"]["epsilon"] *= 2
+    (dp_teacher / "report.json").write_text(json.dumps(report))
+    assert teacher_provenance(dp_teacher).verified  # as released again
+    describe(dp_teacher, lambda meta: meta[PROVENANCE].update(epsilon=meta[PROVENANCE]["epsilon"] / 2))
+    with pytest.raises(CheckpointError, match="report.json does not state the release"):
+        teacher_provenance(dp_teacher)
+    describe(dp_teacher, lambda meta: meta[PROVENANCE].update(epsilon=meta[PROVENANCE]["epsilon"] * 2,
+                                                              report_sha256=None))
+    with pytest.raises(CheckpointError, match="bound to no weights or no report"):
+        teacher_provenance(dp_teacher)
+    describe(dp_teacher, lambda meta: meta.pop(PROVENANCE))  # never silently a teacher trained without DP
+    with pytest.raises(CheckpointError, match="carries no provenance, yet .*report.json states a DP release"):
+        teacher_provenance(dp_teacher)

@@ -15,7 +15,7 @@ from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method, Source
 from dpdistill.models.checkpoint import save_model
 from dpdistill.privacy.ledger import DatasetLedger, Release, ReleaseLedger, coverage
-from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.privacy.provenance import Provenance
 from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix,
                                        write_private_record, write_report)
@@ -75,11 +75,11 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
         if data is not None:
             privacy["data_set_ledger"] = data.standing(settled[data])
         # a covered run's models are DP releases: their provenance travels with them, so any of them can be a
-        # teacher transcribed at no further cost
+        # teacher transcribed at no further cost; it binds each model's weights and the privacy section (final now)
+        # that the report, written after the models, states
         provenance = Provenance.of_run(method.name, privacy, str(out_dir.resolve()))
         for name, (model, meta) in outcome.models.items():
-            save_model(out_dir, model, meta if provenance is None else {**meta, PROVENANCE: provenance.to_json()},
-                       name=name)
+            save_model(out_dir, model, meta, name=name, provenance=provenance)
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),
                   "seed": config.seed, "dpdistill_version": __version__}
         markdown = method.markdown(report)
