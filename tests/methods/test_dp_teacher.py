@@ -1,6 +1,7 @@
 """A teacher that is itself a DP release is transcribed at no further cost: its epsilon is the run's, its ledger
 records the run as free, every output carries its provenance, and whatever reads private data besides voids it. A
-provenance is checked against the weights and the run it describes."""
+provenance is checked against the weights and the run it describes, and carries the notes of settings chosen on the
+private data."""
 
 import json
 import shutil
@@ -15,9 +16,12 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
 from dpdistill.methods.teachers import DATA_DIGEST, teacher_provenance
 from dpdistill.methods.transcription import DP_TEACHER_COVERS
-from dpdistill.pipeline import transcribe
+from dpdistill.pipeline import train_private, transcribe
 from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
 from dpdistill.privacy.provenance import PROVENANCE
+from dpdistill.privacy.selection import SELECTION, Selection
+from dpdistill.training import private
+from dpdistill.training.private import PrivateTrainingConfig
 from helpers import TeacherReads, charged_queries, write_sample_source
 
 SMALL = {"iterations": 3, "batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4),
@@ -51,6 +55,11 @@ def test_a_dp_teacher_is_transcribed_at_its_own_epsilon_and_charged_nothing(dp_t
     student = json.loads((tmp_path / "run" / "student.json").read_text())
     assert student[PROVENANCE]["epsilon"] == stated["epsilon"]  # the student is a DP release too: a free teacher
     assert "post-processing" in (tmp_path / "run" / "report.md").read_text()
+    # the preset's engine settings were chosen on the MNIST set, not on digits
+    assert privacy[SELECTION] == ["the dp-teacher preset's engine settings were chosen on the MNIST set "
+                                  "(transcriptions of its DP-SGD teacher): a fixed public choice for this data"]
+    assert student[PROVENANCE]["notes"] == privacy[SELECTION]
+    assert "## Settings chosen on data" in (tmp_path / "run" / "report.md").read_text()
     assert teacher_provenance(tmp_path / "run").verified  # the student's provenance checks out as written
 
 
@@ -183,3 +192,25 @@ def test_a_provenance_or_report_edited_apart_is_refused(dp_teacher: Path, tmp_pa
     describe(dp_teacher, lambda meta: meta.pop(PROVENANCE))  # never silently a teacher trained without DP
     with pytest.raises(CheckpointError, match="carries no provenance, yet .*report.json states a DP release"):
         teacher_provenance(dp_teacher)
+
+
+def test_a_note_on_settings_chosen_on_the_data_follows_it_by_digest_into_a_free_transcription(
+        tmp_path: Path, monkeypatch):
+    digits = load_dataset("digits")
+    copy = tmp_path / "my-digits.npz"  # the same images and labels under another name and file
+    np.savez(copy, x_train=((digits.x_train + 1) / 2).numpy(), y_train=digits.y_train.numpy(),
+             x_test=((digits.x_test + 1) / 2).numpy(), y_test=digits.y_test.numpy(),
+             declared_size=len(digits.y_train))
+    assert load_dataset(str(copy)).digest == digits.digest
+    chosen = Selection("these settings", {"student_arch": "scatter-linear", "epochs": 3}, "digits", digits.digest)
+    monkeypatch.setattr(private, "SELECTED_ON_PRIVATE_DATA", (chosen,))
+    note = "these settings were chosen on digits, which is this private data (same digest)"
+    trained = train_private(PrivateTrainingConfig(dataset=str(copy), epsilon=2.0, student_arch="scatter-linear",
+                                                  epochs=3), tmp_path / "dp")
+    assert trained["privacy"][SELECTION][0].startswith(note)
+    report = transcribe(tmp_path / "dp", build_config(None, SMALL, {"mode": "none"}, dp_teacher=True),
+                        tmp_path / "run")
+    assert report["privacy"]["ledger"]["spent_epsilon"] == 0  # free, and the note comes with it
+    assert report["privacy"][SELECTION][0].startswith(note)
+    assert note in (tmp_path / "run" / "report.md").read_text()
+    assert json.loads((tmp_path / "run" / "student.json").read_text())[PROVENANCE]["notes"][0].startswith(note)

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from dpdistill.errors import CheckpointError, PrivacyParameterError
-from dpdistill.privacy.provenance import PROVENANCE, Provenance, file_digest
+from dpdistill.privacy.provenance import PROVENANCE, Provenance, file_digest, privacy_digest
+from dpdistill.privacy.selection import SELECTION
 
 DPSGD_PRIVACY = {"mode": "data", "epsilon": 0.9996, "delta": 1e-5, "relation": "add-remove",
                  "epsilon_add_remove": 0.9996, "epsilon_replace_one": 2.154, "formal_guarantee": True,
@@ -64,6 +65,17 @@ def test_a_damaged_provenance_in_a_description_is_a_checkpoint_error():
     assert Provenance.of_meta({"kind": "classifier"}) is None
     with pytest.raises(CheckpointError, match="damaged provenance"):
         Provenance.of_meta({PROVENANCE: {"release": "dpsgd", "epsilon": -1}})
+
+
+def test_a_provenance_binds_its_runs_privacy_section_and_carries_its_notes_on():
+    noted = {**DPSGD_PRIVACY, SELECTION: ["settings chosen on this private data"]}
+    provenance = Provenance.of_run("dpsgd", noted, "/runs/dp")
+    assert provenance.report_sha256 == privacy_digest(noted) != privacy_digest(DPSGD_PRIVACY)
+    assert privacy_digest({**noted, "epsilon": math.inf}) == privacy_digest({**noted, "epsilon": "inf"})  # as written
+    assert provenance.notes == ("settings chosen on this private data",)
+    inherited = {"mode": "none", **provenance.privacy(), "covered": "the student"}
+    assert inherited[SELECTION] == ["settings chosen on this private data"]  # a free transcription repeats them
+    assert Provenance.of_run("dpsd", inherited, "/runs/tr").notes == provenance.notes
 
 
 def test_a_provenance_is_written_bound_to_the_weights_and_checked_against_them(tmp_path):

@@ -16,8 +16,9 @@ from dpdistill.methods.base import Method, Source
 from dpdistill.models.checkpoint import save_model
 from dpdistill.privacy.ledger import DatasetLedger, Release, ReleaseLedger, coverage
 from dpdistill.privacy.provenance import Provenance
+from dpdistill.privacy.selection import SELECTION
 from dpdistill.progress import Progress, announce_start
-from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix,
+from dpdistill.reporting.report import (CONFUSION_FIGURE, confusion_section, save_confusion_matrix, selection_section,
                                        write_private_record, write_report)
 from dpdistill.runs import claim_out_dir, exclusive, release_state, write_config
 
@@ -87,6 +88,7 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
             report["confusion"] = outcome.confusion.tolist()
             save_confusion_matrix(outcome.confusion, out_dir / CONFUSION_FIGURE)
             markdown += confusion_section()
+        markdown += selection_section(privacy.get(SELECTION, []))
         outcome.write_files(out_dir, report)
         write_report(out_dir, report, markdown)
         write_private_record(out_dir, outcome.private_record())

@@ -32,6 +32,13 @@ def teacher_data_set(meta: dict[str, Any]) -> tuple[str, str] | None:
     return None if digest is None else (digest, str(meta.get("ensemble", {}).get("dataset") or meta.get("dataset")))
 
 
+def data_digest(meta: dict[str, Any], dataset: ImageDataset | None) -> str | None:
+    """The digest of the data a run on this teacher concerns: the teacher's own, where dpdistill trained it, else
+    that of the data set the run measures on (by its name, the teacher's data); None where there is neither."""
+    learnt_from = teacher_data_set(meta)
+    return learnt_from[0] if learnt_from else None if dataset is None else dataset.digest
+
+
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
     """The teacher (or ensemble) in `teacher_dir` and its description, with its provenance (`teacher_provenance`)."""
     teacher, meta = load_teacher(teacher_dir)

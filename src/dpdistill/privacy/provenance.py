@@ -9,7 +9,8 @@ charged in full (the capacity bound).
 
 Each covered run writes its provenance into the description of every model it saves (key `provenance`): computed
 by dpdistill's accounting (`verified`), or, for a model brought in by `import-teacher --dp-epsilon`, the guarantee
-its owner declares (reported as that claim, never as something dpdistill checked).
+its owner declares (reported as that claim, never as something dpdistill checked). It also carries the notes of
+settings chosen on data (privacy/selection.py), so that a transcription of the model repeats them.
 
 A provenance is bound to what it describes, and every read checks the binding (methods/teachers.py):
 - `weights_sha256`, the SHA-256 of the safetensors file's bytes: save_model serialises the weights in memory,
@@ -41,6 +42,7 @@ from typing import Any
 
 from dpdistill.errors import CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import validate_delta, validate_epsilon
+from dpdistill.privacy.selection import SELECTION
 from dpdistill.reporting.report import as_written, is_covered
 
 PROVENANCE = "provenance"  # the key of a model description that holds it
@@ -66,8 +68,10 @@ class Provenance:
     run: str | None = None  # the run directory that released it
     weights_sha256: str | None = None  # the weights it describes (their safetensors file)
     report_sha256: str | None = None  # its run's report's `privacy` section (privacy_digest)
+    notes: tuple[str, ...] = ()  # settings chosen on data (privacy/selection.py)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "notes", tuple(self.notes))  # a list, read from JSON
         validate_epsilon(self.epsilon)
         validate_delta(self.delta)
         if self.relation not in RELATIONS:
@@ -87,7 +91,7 @@ class Provenance:
                    epsilon_replace_one=privacy.get("epsilon_replace_one",
                                                    epsilon if relation == REPLACE_ONE else None),
                    verified=bool(inherited.get("verified", True)), covers=str(privacy.get("covered", "")), run=run,
-                   report_sha256=privacy_digest(privacy))
+                   report_sha256=privacy_digest(privacy), notes=tuple(privacy.get(SELECTION, ())))
 
     @classmethod
     def declared(cls, epsilon: float, delta: float, relation: str) -> "Provenance":
@@ -144,7 +148,7 @@ class Provenance:
                                   f"or the model is not this run's; restore them as released")
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "notes": list(self.notes)}
 
     def statement(self) -> str:
         """One line: the guarantee, who states it, and under which relation."""
@@ -161,7 +165,7 @@ class Provenance:
                 "unit": RELATION_UNITS[self.relation], **both,
                 "epsilon_scope": "the teacher's own DP release (post-processing)" if self.verified
                 else "the teacher's DP training as its owner declares it (post-processing; not verified)",
-                "teacher_release": self.to_json()}
+                "teacher_release": self.to_json(), **({SELECTION: list(self.notes)} if self.notes else {})}
 
 
 def privacy_digest(privacy: dict[str, Any]) -> str:
