@@ -316,9 +316,7 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
             "input_transform": input_transform, "imported_from": str(weights.expanduser().resolve())}
     if declared is None:  # a model trained without DP on these data (as --dataset says): its releases are theirs
         meta[DATA_DIGEST] = data_read(dataset, dataset_name)[0]
-    else:
-        meta[PROVENANCE] = declared.to_json()
-    save_model(out_dir, model, meta)
+    save_model(out_dir, model, meta, provenance=declared)
     teacher, _ = load_classifier(out_dir)  # as every later command will: from the copied factory
     test_accuracy = accuracy(teacher, dataset.x_test, dataset.y_test)
     chance = 1 / dataset.num_classes

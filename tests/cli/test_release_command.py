@@ -87,6 +87,11 @@ def test_a_declared_dp_teacher_is_transcribed_as_its_owners_claim(foreign_teache
     report = json.loads((tmp_path / "tr" / "report.json").read_text())
     assert report["privacy"]["epsilon"] == 3 and report["privacy"]["teacher_release"]["verified"] is False
     assert "NOT verified by dpdistill" in (tmp_path / "tr" / "report.md").read_text()
+    swapped = tmp_path / "imported" / "model.safetensors"  # the claim is bound to the weights it was made for
+    swapped.write_bytes((tmp_path / "tr" / "student.safetensors").read_bytes())
+    refused = invoke("transcribe", "--teacher", tmp_path / "imported", "--privacy", "none", "--out", tmp_path / "again")
+    assert refused.exit_code == 2 and refused.output.count("error:") == 1
+    assert f"{swapped} is not the model its provenance" in flat(refused.output) and not (tmp_path / "again").exists()
 
 
 def test_a_release_whose_teacher_has_no_guarantee_is_recorded_as_unbounded_not_free(tmp_path: Path):

@@ -15,7 +15,7 @@ import torch
 from dpdistill.data import load_dataset
 from dpdistill.errors import BudgetExceededError, ConfigError, PrivacyParameterError
 from dpdistill.methods import pate as pate_module
-from dpdistill.methods.dgd import (GENERATOR_STATE, DgdConfig, build_dgd_config, paper_epsilon,
+from dpdistill.methods.dgd import (FIXED_SELECTION, GENERATOR_STATE, DgdConfig, build_dgd_config, paper_epsilon,
                                    parse_dgd_assignments)
 from dpdistill.methods.pate import ANSWERS_FILE, Answers
 from dpdistill.models.ensemble import TeacherEnsemble
@@ -23,6 +23,7 @@ from dpdistill.models.registry import build_classifier
 from dpdistill.pipeline import dgd
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import ReleaseLedger
+from dpdistill.privacy.selection import FASHION_MNIST, SELECTION, selection_notes
 from dpdistill.progress import MILESTONE_KEYS
 from dpdistill.training.data_free import (GENERATOR_PHASE, IMAGES_PHASE, DataFreeConfig, generate,
                                          train_data_free_generator)
@@ -175,6 +176,26 @@ def test_covered_dgd_composes_with_its_source_within_the_budget(digits_ensemble:
     assert privacy["route_epsilon"] < privacy["epsilon"] <= 10 + 1e-9
     assert privacy["sample_source"]["epsilon"] > 0 and report["labelling_query"] != DiscreteLaplaceQuery.__name__
     assert report["generative"] == {} and "Generative stream" not in (tmp_path / "run" / "report.md").read_text()
+    assert SELECTION not in privacy  # the seed's settings: chosen on no data here
+
+
+def test_the_fixed_preset_says_in_every_run_that_it_was_chosen_on_fashion_mnist(digits_ensemble: Path,
+                                                                                tmp_path: Path):
+    fixed = build_dgd_config(10.0, baseline="b")
+    [note] = selection_notes((FIXED_SELECTION,), fixed.settings(), FASHION_MNIST)
+    assert note.startswith("the settings of DGD's `fixed` preset were chosen on Fashion-MNIST (a control of exact "
+                           "votes, without noise), which is this private data")
+    assert selection_notes((FIXED_SELECTION,), build_dgd_config(10.0, baseline="b", preset="paper").settings(),
+                           FASHION_MNIST) == []
+    digits = load_dataset("digits")
+    source = write_sample_source(tmp_path / "source", digits.x_train[:300].numpy(), digits.y_train[:300].numpy(),
+                                 noise_multiplier=4.0)
+    settings = {"batch_size": 16, "queries": 50, "epochs": 1}
+    report = dgd(digits_ensemble, build_dgd_config(10.0, sample_source=str(source), settings=settings),
+                 tmp_path / "run")
+    public = ("the settings of DGD's `fixed` preset were chosen on Fashion-MNIST (a control of exact votes, without "
+              "noise): a fixed public choice for this data")
+    assert report["privacy"][SELECTION] == [public] and public in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_a_baseline_that_is_an_ensemble_is_refused_before_any_answer(digits_ensemble: Path, tmp_path: Path):

@@ -1,5 +1,7 @@
 """A teacher that is itself a DP release is transcribed at no further cost: its epsilon is the run's, its ledger
-records the run as free, every output carries its provenance, and whatever reads private data besides voids it."""
+records the run as free, every output carries its provenance, and whatever reads private data besides voids it. A
+provenance is checked against the weights and the run it describes, and carries the notes of settings chosen on the
+private data."""
 
 import json
 import shutil
@@ -7,14 +9,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file, save_file
 
 from dpdistill.data import load_dataset
-from dpdistill.errors import BudgetExceededError, ConfigError
+from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError
 from dpdistill.methods.config import build_config
+from dpdistill.methods.teachers import DATA_DIGEST, teacher_provenance
 from dpdistill.methods.transcription import DP_TEACHER_COVERS
-from dpdistill.pipeline import transcribe
+from dpdistill.pipeline import train_private, transcribe
 from dpdistill.privacy.ledger import LEDGER_FILE, ReleaseLedger
 from dpdistill.privacy.provenance import PROVENANCE
+from dpdistill.privacy.selection import SELECTION, Selection
+from dpdistill.training import private
+from dpdistill.training.private import PrivateTrainingConfig
 from helpers import TeacherReads, charged_queries, write_sample_source
 
 SMALL = {"iterations": 3, "batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4),
@@ -49,6 +56,12 @@ def test_a_dp_teacher_is_transcribed_at_its_own_epsilon_and_charged_nothing(dp_t
     student = json.loads((tmp_path / "run" / "student.json").read_text())
     assert student[PROVENANCE]["epsilon"] == stated["epsilon"]  # the student is a DP release too: a free teacher
     assert "post-processing" in (tmp_path / "run" / "report.md").read_text()
+    # the preset's engine settings were chosen on the MNIST set, not on digits
+    assert privacy[SELECTION] == ["the dp-teacher preset's engine settings were chosen on the MNIST set "
+                                  "(transcriptions of its DP-SGD teacher): a fixed public choice for this data"]
+    assert student[PROVENANCE]["notes"] == privacy[SELECTION]
+    assert "## Settings chosen on data" in (tmp_path / "run" / "report.md").read_text()
+    assert teacher_provenance(tmp_path / "run").verified  # the student's provenance checks out as written
 
 
 def test_the_dp_teacher_preset_relabels_augmented_samples_and_drops_batchnorm_matching(dp_teacher: Path):
@@ -135,3 +148,89 @@ def test_a_dp_models_own_ledger_holds_the_release_it_is_and_its_free_students_in
     assert "data_set" not in json.dumps(json.loads((tmp_path / "run" / "report.json").read_text())["privacy"]
                                         .get("ledger", {}))  # and no digest anywhere public
     assert load_dataset("digits").digest not in (tmp_path / "run" / "report.json").read_text()
+
+
+def describe(directory: Path, change) -> None:
+    """Apply `change` to every description file of the teacher or student in `directory`."""
+    for name in ("model.json", "meta.json", "student.json"):
+        if (directory / name).exists():
+            meta = json.loads((directory / name).read_text())
+            change(meta)
+            (directory / name).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("drop_data_digest, refusal", [
+    (True, "model.safetensors is not the model its provenance"),  # the weights are not the release's
+    (False, "carries a DP provenance beside 'data_digest \\(private\\)'"),  # and a model trained without DP
+])
+def test_a_dp_provenance_pasted_onto_a_teacher_trained_without_dp_is_refused(
+        digits_teacher: Path, dp_teacher: Path, tmp_path: Path, drop_data_digest: bool, refusal: str):
+    teacher = Path(shutil.copytree(digits_teacher, tmp_path / "teacher"))
+    pasted = json.loads((dp_teacher / "student.json").read_text())[PROVENANCE]
+
+    def paste(meta: dict) -> None:
+        meta[PROVENANCE] = pasted
+        if drop_data_digest:
+            meta.pop(DATA_DIGEST)
+
+    describe(teacher, paste)
+    with pytest.raises(CheckpointError, match=refusal):
+        transcribe(teacher, build_config(None, SMALL, {"mode": "none"}, dp_teacher=True), tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (teacher / LEDGER_FILE).exists()
+
+
+def test_weights_swapped_under_a_dp_provenance_are_refused(dp_teacher: Path):
+    weights = dp_teacher / "student.safetensors"
+    save_file({key: value + 0.01 for key, value in load_file(weights).items()}, weights)
+    with pytest.raises(CheckpointError, match="student.safetensors is not the model its provenance in .*student.json"):
+        teacher_provenance(dp_teacher)
+
+
+def test_a_provenance_or_report_edited_apart_is_refused(dp_teacher: Path, tmp_path: Path):
+    alone = tmp_path / "alone"  # the student copied without its report: checked against its run's, where it is
+    alone.mkdir()
+    for name in ("student.safetensors", "student.json"):
+        shutil.copy(dp_teacher / name, alone / name)
+    assert teacher_provenance(alone).verified
+    report = json.loads((dp_teacher / "report.json").read_text())
+    report["privacy"]["epsilon"] /= 2
+    (dp_teacher / "report.json").write_text(json.dumps(report))
+    with pytest.raises(CheckpointError, match="report.json does not state the release the provenance"):
+        teacher_provenance(dp_teacher)
+    shutil.copy(alone / "student.json", dp_teacher / "student.json")
+    report["privacy"]["epsilon"] *= 2
+    (dp_teacher / "report.json").write_text(json.dumps(report))
+    assert teacher_provenance(dp_teacher).verified  # as released again
+    describe(dp_teacher, lambda meta: meta[PROVENANCE].update(epsilon=meta[PROVENANCE]["epsilon"] / 2))
+    with pytest.raises(CheckpointError, match="report.json does not state the release"):
+        teacher_provenance(dp_teacher)
+    describe(dp_teacher, lambda meta: meta[PROVENANCE].update(epsilon=meta[PROVENANCE]["epsilon"] * 2,
+                                                              report_sha256=None))
+    with pytest.raises(CheckpointError, match="bound to no weights or no report"):
+        teacher_provenance(dp_teacher)
+    describe(dp_teacher, lambda meta: meta.pop(PROVENANCE))  # never silently a teacher trained without DP
+    with pytest.raises(CheckpointError, match="carries no provenance, yet .*report.json states a DP release"):
+        teacher_provenance(dp_teacher)
+
+
+def test_a_note_on_settings_chosen_on_the_data_follows_it_by_digest_into_a_free_transcription(
+        tmp_path: Path, monkeypatch):
+    digits = load_dataset("digits")
+    copy = tmp_path / "my-digits.npz"  # the same images and labels under another name and file
+    np.savez(copy, x_train=((digits.x_train + 1) / 2).numpy(), y_train=digits.y_train.numpy(),
+             x_test=((digits.x_test + 1) / 2).numpy(), y_test=digits.y_test.numpy(),
+             declared_size=len(digits.y_train))
+    assert load_dataset(str(copy)).digest == digits.digest
+    chosen = Selection("these settings", {"student_arch": "scatter-linear", "epochs": 3}, "digits", digits.digest)
+    monkeypatch.setattr(private, "SELECTED_ON_PRIVATE_DATA", (chosen,))
+    note = "these settings were chosen on digits, which is this private data (same digest)"
+    trained = train_private(PrivateTrainingConfig(dataset=str(copy), epsilon=2.0, student_arch="scatter-linear",
+                                                  epochs=3), tmp_path / "dp")
+    assert trained["privacy"][SELECTION][0].startswith(note)
+    report = transcribe(tmp_path / "dp", build_config(None, SMALL, {"mode": "none"}, dp_teacher=True),
+                        tmp_path / "run")
+    own = trained["privacy"]["epsilon_replace_one"]  # free (the teacher's own release only): the note comes with it
+    assert report["privacy"]["ledger"]["spent_epsilon"] == pytest.approx(own)
+    assert report["privacy"][SELECTION][0].startswith(note)
+    assert note in (tmp_path / "run" / "report.md").read_text()
+    assert json.loads((tmp_path / "run" / "student.json").read_text())[PROVENANCE]["notes"][0].startswith(note)

@@ -16,7 +16,8 @@ from dpdistill.models.checkpoint import load_classifier
 from dpdistill.pipeline import train_private
 from dpdistill.models import features as features_module
 from dpdistill.models.features import frozen_features
-from dpdistill.training.private import PrivateTrainingConfig, selection_note
+from dpdistill.privacy.selection import FASHION_MNIST, MNIST_SET
+from dpdistill.training.private import PrivateTrainingConfig, training_selection_notes
 
 
 def test_scatter_students_default_to_tramer_and_boneh_recipe():
@@ -123,10 +124,17 @@ def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypat
     assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
 
 
-def test_settings_chosen_on_the_private_data_are_stated_where_they_are_used():
+def test_settings_chosen_on_the_private_data_are_stated_where_they_are_used_by_the_datas_digest():
     defaults = PrivateTrainingConfig(dataset="fmnist", epsilon=1.0, student_arch="scatter-linear").fitted(60_000)
-    assert "chosen without noise on the last 10,000 images of fmnist's own training split" in selection_note(defaults)
+    [note] = training_selection_notes(defaults, FASHION_MNIST)
+    assert note == ("scatter-linear's DP-SGD settings (batch 8,192, step 8, 40 epochs) were chosen on Fashion-MNIST's "
+                    "training split (without noise), which is this private data (same digest): a use of it that no "
+                    "epsilon here covers")
     longer = dataclasses.replace(defaults, batch_size=16384, lr=16.0, epochs=160)
-    assert selection_note(longer) is not None
-    assert selection_note(dataclasses.replace(defaults, epochs=20)) is None  # a choice of the user's
-    assert selection_note(dataclasses.replace(defaults, dataset="mnist")) is None  # a public choice elsewhere
+    assert "(batch 16,384, step 16, 160 epochs)" in training_selection_notes(longer, FASHION_MNIST)[0]
+    assert training_selection_notes(dataclasses.replace(defaults, epochs=20), FASHION_MNIST) == []  # the user's
+    copy = dataclasses.replace(defaults, dataset="/data/my-copy.npz")  # the name is not what counts
+    assert training_selection_notes(copy, FASHION_MNIST) == [note]
+    assert training_selection_notes(dataclasses.replace(defaults, dataset="fmnist"), MNIST_SET) == [
+        "scatter-linear's DP-SGD settings (batch 8,192, step 8, 40 epochs) were chosen on Fashion-MNIST's training "
+        "split (without noise): a fixed public choice for this data"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from dpdistill.errors import ConfigError
 from dpdistill.privacy.budget import PrivacyRequest
+from dpdistill.privacy.selection import MNIST_SET, Selection
 
 
 @dataclass
@@ -200,6 +201,15 @@ def pate_preset(privacy_mode: str, epsilon: float | None, accounting: str, metho
     return {"query_every": 25, "replay_size": 20000, "student_steps": 8, "generator_width": (64, 32, 16)}
 
 
+# What the dp-teacher preset's search compared on the MNIST set and kept (benchmarks/experiments/dp_teacher_engine.py,
+# docs/methods/release.md): the discriminator and its terms, the temperature, the relabelled augmentation, the latents
+DP_TEACHER_CHOICE: dict[str, Any] = {"discriminator": "student", "adversarial_weight": 0.0,
+                                     "generator_student_weight": 1.0, "temperature": 4.0, "augment_shift": 2,
+                                     "augment_flip": True, "latents": "fresh"}
+DP_TEACHER_SELECTION = Selection("the dp-teacher preset's engine settings", DP_TEACHER_CHOICE,
+                                 "the MNIST set (transcriptions of its DP-SGD teacher)", MNIST_SET)
+
+
 def dp_teacher_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """The engine for a teacher that is itself a DP release, read without noise (post-processing: covered whatever
     the engine reads of it): the upper bound's loop, each replayed sample shifted, mirrored and labelled afresh by
@@ -207,9 +217,8 @@ def dp_teacher_preset(privacy_mode: str, epsilon: float | None, accounting: str,
     student as the generator's discriminator (on the MNIST set, the proxy these settings were chosen on, within
     half a point of the teacher as discriminator at half a CPU's cost) and 4 student steps an iteration for 300
     iterations: about a quarter of an hour on 2 cores at 28 x 28."""
-    return {**upper_bound_preset(privacy_mode, epsilon, accounting, method), "batchnorm_weight": 0.0,
-            "discriminator": "student", "adversarial_weight": 0.0, "generator_student_weight": 1.0,
-            "student_steps": 4, "iterations": 300, "eval_every": 50}
+    return {**upper_bound_preset(privacy_mode, epsilon, accounting, method), **DP_TEACHER_CHOICE,
+            "batchnorm_weight": 0.0, "student_steps": 4, "iterations": 300, "eval_every": 50}
 
 
 PRESETS = {"paper": paper_preset, "demo": demo_preset, "engine": engine_preset, "upper-bound": upper_bound_preset,

@@ -42,13 +42,14 @@ from dpdistill.errors import CheckpointError, ConfigError, PrivacyParameterError
 from dpdistill.methods.base import Outcome, Source
 from dpdistill.methods.lifecycle import execute
 from dpdistill.methods.pate import EXACT_VOTES, PATE, PateConfig, PateJob
-from dpdistill.methods.teachers import read_teacher
+from dpdistill.methods.teachers import data_digest, read_teacher
 from dpdistill.models.base import Classifier
 from dpdistill.options import (AuditRoute, ENSEMBLE_HELP, OVERWRITE_OPTION, RESUME_FROM_ANSWERS_HELP,
                                SAMPLE_SOURCE_HELP, SETTINGS, CommandSpec, Option, field_options, out_option,
                                resume_option, set_option)
 from dpdistill.privacy.accounting import DiscreteLaplaceQuery
 from dpdistill.privacy.ledger import Release, UncoveredRead
+from dpdistill.privacy.selection import FASHION_MNIST, Selection, selection_notes, with_selection
 from dpdistill.progress import Progress
 from dpdistill.reporting.pate import dgd_markdown
 from dpdistill.reporting.report import save_image_grid
@@ -69,6 +70,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fixed": {"generator_batchnorm_weight": 1.0, "student_arch": "scatter-linear", "student_training": "supervised",
               "augment_shift": 0},
 }
+FIXED_SELECTION = Selection("the settings of DGD's `fixed` preset", PRESETS[DEFAULT_PRESET],
+                            "Fashion-MNIST (a control of exact votes, without noise)", FASHION_MNIST)
 GENERATOR_STATE = "generator.safetensors"
 GENERATOR_PREFIX = "generator_"  # `--set generator_steps=...` sets DataFreeConfig's steps
 SAMPLES_SHOWN = 64
@@ -111,6 +114,11 @@ class DgdConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def settings(self) -> dict[str, Any]:
+        """Its settings under the names `--set` gives them: PATE's, and the generator's prefixed."""
+        generator = {GENERATOR_PREFIX + key: value for key, value in dataclasses.asdict(self.generator).items()}
+        return {**dataclasses.asdict(self.labelling), **generator}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "DgdConfig":
@@ -263,6 +271,8 @@ class DgdJob(PateJob):
             privacy |= {"paper_epsilon": paper_epsilon(self.pate.queries, scale, self.pate.delta),
                         "paper_epsilon_label": f"paper formula: seed 004's Theorem at 2 / eps0 = {scale:g} and eps1 "
                                                f"= {PAPER_EPSILON1}, which leaves out the baseline"}
+        privacy = with_selection(privacy, selection_notes((FIXED_SELECTION,), self.dgd.settings(),
+                                                          data_digest(self.meta, self.evaluation)))
         report = {**outcome.report, "generative": generative, "labelling_query": type(labelling).__name__,
                   "timing": {**outcome.report["timing"], "wall_seconds": time.perf_counter() - started}}
         write_pate_files = outcome.write_files

@@ -17,9 +17,11 @@ from dpdistill.methods.teachers import model_class_names, released_data_set
 from dpdistill.models.checkpoint import CLASS_NAMES, STUDENT, save_model
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.ledger import Release, ReleaseLedger, coverage
-from dpdistill.privacy.provenance import PROVENANCE, Provenance
+from dpdistill.privacy.provenance import Provenance
+from dpdistill.privacy.selection import SELECTION
 from dpdistill.progress import Progress, announce_start
 from dpdistill.reporting.report import (CONFUSION_FIGURE, classes_section, confusion_section, save_confusion_matrix,
+                                       selection_section,
                                        write_private_record, write_report)
 from dpdistill.runs import claim_out_dir, exclusive, release_state, write_config
 
@@ -82,11 +84,12 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
             shown = DatasetLedger(*data_set)
             privacy["data_set_ledger"] = shown.standing(shown.read())
         # a covered run's models are DP releases: their provenance travels with them, so any of them can be a
-        # teacher transcribed at no further cost, and their own ledger starts with the release they are
+        # teacher transcribed at no further cost, and their own ledger starts with the release they are; the
+        # provenance binds each model's weights and the privacy section (final now) that the report, written after
+        # the models, states
         provenance = Provenance.of_run(method.name, privacy, str(out_dir.resolve()))
         for name, (model, meta) in outcome.models.items():
-            save_model(out_dir, model, meta if provenance is None else {**meta, PROVENANCE: provenance.to_json()},
-                       name=name)
+            save_model(out_dir, model, meta, name=name, provenance=provenance)
         if provenance is not None:
             inherited = None if job.inherits is None else ReleaseLedger(job.inherits).own()
             ReleaseLedger(out_dir).record_own(method.name, inherited or (
@@ -100,6 +103,7 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
             report["confusion"] = outcome.confusion.tolist()
             save_confusion_matrix(outcome.confusion, out_dir / CONFUSION_FIGURE, class_names)
             markdown += confusion_section()
+        markdown += selection_section(privacy.get(SELECTION, []))
         outcome.write_files(out_dir, report)
         write_report(out_dir, report, markdown)
         write_private_record(out_dir, {**outcome.private_record(),

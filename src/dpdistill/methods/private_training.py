@@ -13,13 +13,14 @@ from dpdistill.data import load_dataset
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
+from dpdistill.privacy.selection import with_selection
 from dpdistill.progress import Progress
 from dpdistill.reporting.private_training import private_training_markdown
 from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.reporting.report import save_accuracy_curve
 from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, plan_private_training, public_train_size,
-                                       selection_note, with_public_size)
+                                       training_selection_notes, with_public_size)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -93,9 +94,11 @@ class PrivateTrainingJob(Job):
                   "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds},
                   "history": result.history,
                   "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
-                            for fix in result.fixes] + [note for note in (selection_note(config),) if note]}
+                            for fix in result.fixes]}
+        privacy = with_selection({**result.privacy, "formal_guarantee": True},  # stated either way in this report
+                                 training_selection_notes(config, dataset.digest))
         return Outcome(
-            report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
+            report=report, privacy=privacy,
             covers=method.covers + (PUBLIC_START if config.student_init else ""),
             models={"student": (result.model, {**meta, "opacus_fixed": bool(result.fixes)})},
             private_record=lambda: result.private_figures, confusion=result.confusion,

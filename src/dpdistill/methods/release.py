@@ -34,7 +34,7 @@ from dpdistill.reporting.transcription import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
 from dpdistill.training.private import (PrivateTrainingConfig, plan_private_training, public_train_size,
-                                       selection_note, with_public_size)
+                                       with_public_size)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
@@ -122,8 +122,6 @@ class ReleaseJob(Job):
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
         free = Release.post_processing(self.config.teacher.delta).with_reads(self.uncovered)  # unless it read more
         outcome.privacy["ledger"] = ledger.standing(ledger.settle(self.out_dir, PrivateRelease.name, free))
-        chosen = selection_note(PrivateTrainingConfig.from_dict(teacher["config"]))  # the settings that ran
-        outcome.report["notes"] = [chosen] if chosen else []
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"],
                                      "wall_seconds": teacher["timing"]["wall_seconds"]}

@@ -16,7 +16,7 @@ from dpdistill.data.base import ImageDataset, label_names
 from dpdistill.data.public import PUBLIC_POOL
 from dpdistill.errors import CheckpointError, DatasetError, DpDistillError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.models.checkpoint import CLASS_NAMES, ENCODER, STUDENT, read_meta, saved_class_names
+from dpdistill.models.checkpoint import CLASS_NAMES, ENCODER, STUDENT, description_path, read_meta, saved_class_names
 from dpdistill.models.ensemble import is_ensemble, load_teacher, teacher_checkpoint
 from dpdistill.privacy.provenance import PROVENANCE, Provenance
 from dpdistill.reporting.report import PRIVATE_DIR, PRIVATE_RECORD, describe_classes
@@ -45,6 +45,13 @@ def released_data_set(model_dir: Path) -> tuple[str, str] | None:
     return str(digest), str(name)
 
 
+def data_digest(meta: dict[str, Any], dataset: ImageDataset | None) -> str | None:
+    """The digest of the data a run on this teacher concerns: the teacher's own, where dpdistill trained it, else
+    that of the data set the run measures on (by its name, the teacher's data); None where there is neither."""
+    learnt_from = teacher_data_set(meta)
+    return learnt_from[0] if learnt_from else None if dataset is None else dataset.digest
+
+
 def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
     """The teacher (or ensemble) in `teacher_dir` and its description, with its provenance (`teacher_provenance`)."""
     teacher, meta = load_teacher(teacher_dir)
@@ -53,19 +60,40 @@ def read_teacher(teacher_dir: Path) -> tuple[nn.Module, dict[str, Any]]:
 
 
 def teacher_provenance(teacher_dir: Path, meta: dict[str, Any] | None = None) -> Provenance | None:
-    """Whether the teacher in `teacher_dir` (described by `meta`, read here if not given) is a DP release: its
-    description says so, or, for a run's student saved before students carried their provenance, the run's
-    report.json, as the run stated it. None: a teacher trained without DP (or an ensemble)."""
+    """Whether the teacher in `teacher_dir` (described by `meta`, read here if not given) is a DP release, as its
+    description's provenance says: refused unless the provenance binds the weights beside it and, where its run's
+    report is present, the release that report states (privacy/provenance.py). None: a teacher trained without DP
+    (or an ensemble); a run's student without a provenance whose report states a DP release is refused."""
+    name = teacher_checkpoint(teacher_dir)
     if meta is None:
         if is_ensemble(teacher_dir):
             return None
-        meta = read_meta(teacher_dir, teacher_checkpoint(teacher_dir))
-    report = teacher_dir / REPORT_FILE
-    if PROVENANCE in meta or teacher_checkpoint(teacher_dir) != STUDENT or not report.is_file():
-        return Provenance.of_meta(meta)
+        meta = read_meta(teacher_dir, name)
+    description = description_path(teacher_dir, name)
+    provenance = Provenance.of_meta(meta, description)
+    if provenance is None:
+        report = teacher_dir / REPORT_FILE
+        if name == STUDENT and stated_release(report, str(teacher_dir.resolve())) is not None:
+            raise CheckpointError(f"{description} carries no provenance, yet {report} states a DP release: the "
+                                  f"description was altered or saved by an older dpdistill; release the model again")
+        return None
+    provenance.check_weights(teacher_dir / f"{name}.safetensors", description)
+    run = [Path(provenance.run)] if provenance.run else []
+    report = next((directory / REPORT_FILE for directory in [teacher_dir, *run] if (directory / REPORT_FILE).is_file()),
+                  None)
+    if report is not None and (provenance.verified or provenance.report_sha256):  # a run's, not an import's
+        provenance.check_report(report, stated_release(report, provenance.run), description)
+    return provenance
+
+
+def stated_release(report: Path, run: str | None) -> Provenance | None:
+    """The provenance that the run whose report is `report` (in the directory `run`) gives its models; None: its
+    models are no DP release, or there is no report."""
+    if not report.is_file():
+        return None
     try:
         stated = json.loads(report.read_text())
-        return Provenance.of_run(str(stated["method"]), dict(stated["privacy"]), str(teacher_dir.resolve()))
+        return Provenance.of_run(str(stated["method"]), dict(stated["privacy"]), run)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
             DpDistillError) as error:
         raise CheckpointError(f"{report} does not state the run's privacy readably ({error}); restore it") from error

@@ -19,16 +19,17 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.evaluation.fidelity import scattering_frechet
 from dpdistill.evaluation.metrics import predict
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
-from dpdistill.methods.config import PRESETS, TranscriptionConfig
+from dpdistill.methods.config import DP_TEACHER_SELECTION, PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
                                          balanced_draw, evaluate_synthetic, synthetic_files)
-from dpdistill.methods.teachers import (classifier_meta, evaluation_set, model_class_names, read_teacher,
-                                       teacher_accuracy, teacher_data_set)
+from dpdistill.methods.teachers import (classifier_meta, data_digest, evaluation_set, model_class_names,
+                                       read_teacher, teacher_accuracy, teacher_data_set)
 from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
+from dpdistill.privacy.selection import selection_notes, with_selection
 from dpdistill.progress import Progress
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve
 from dpdistill.reporting.transcription import transcription_markdown
@@ -146,6 +147,8 @@ class TranscriptionJob(Job):
             privacy = self.source.privacy(privacy, route)
         if self.provenance is not None:
             privacy = inherited_privacy(privacy, self.provenance)
+        privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION,), dataclasses.asdict(config),
+                                                          data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
                                                             self.dataset_name, self.source is None, self.dataset,
                                                             self._labeller())

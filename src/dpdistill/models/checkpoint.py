@@ -14,18 +14,20 @@ A model brought in by `dpdistill import-teacher` carries `factory` (`file`: its 
 directory and run again on load, and `callable`; or `reference`: a `module:callable` imported by name) and
 `input_transform` (models/transform.py). A model started from a pretrained encoder carries `init` (the encoder's
 directory), `pretrained_on` and `public_pool` (the encoder's public images, data/public.py PoolSource); a PATE
-student, the `public_pool` it learnt from. Weights holding NaN or infinite values are refused on every load.
+student, the `public_pool` it learnt from. Weights holding NaN or infinite values are refused on every load. A DP
+release's description carries `provenance` (privacy/provenance.py), bound to the SHA-256 of the weights' bytes,
+which save_model serialises in memory before writing both files.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
@@ -34,6 +36,9 @@ from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.models.transform import InputTransform, TransformedClassifier
+
+if TYPE_CHECKING:  # the accounting it imports takes a second: only a DP release's save needs it, from its caller
+    from dpdistill.privacy.provenance import Provenance
 
 TEACHER = "model"
 CLASS_NAMES = "class_names"  # a description's names of the classes, by label
@@ -48,20 +53,30 @@ def _meta_names(name: str) -> list[str]:
     return [f"{name}.json", "meta.json"] if name == TEACHER else [f"{name}.json"]
 
 
-def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER) -> None:
-    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys)."""
+def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER,
+               provenance: Provenance | None = None) -> None:
+    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys); with
+    `provenance` (a DP release's), the description carries it, bound to these weights' digest."""
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
-    text = json.dumps(meta, indent=2)
     # One header entry: safetensors writes its metadata map in hash order, so two entries would make the bytes of
     # identical saves differ from run to run.
+    weights = save(tensors, metadata={"dpdistill_kind": str(meta["kind"])})
+    if provenance is not None:
+        meta = provenance.describing(meta, weights)
+    text = json.dumps(meta, indent=2)
     writers: dict[Path, Callable[[Path], None]] = {
-        directory / f"{name}.safetensors":
-            lambda path: save_file(tensors, path, metadata={"dpdistill_kind": str(meta["kind"])}),
-    }
+        directory / f"{name}.safetensors": lambda path: path.write_bytes(weights)}
     for file_name in _meta_names(name):
         writers[directory / file_name] = lambda path: path.write_text(text)
     write_atomically(writers)
+
+
+def description_path(directory: Path, name: str) -> Path:
+    """The file that describes the saved model `name` in `directory` (the first of its names that exists)."""
+    names = _meta_names(name)
+    return next((directory / file_name for file_name in names if (directory / file_name).exists()),
+                directory / names[-1])
 
 
 def read_meta(directory: Path, name: str) -> dict[str, Any]:
@@ -71,19 +86,17 @@ def read_meta(directory: Path, name: str) -> dict[str, Any]:
         what, make = MAKERS.get(name, (name, "run `dpdistill transcribe` to make one"))
         expected = " and ".join(str(directory / file_name) for file_name in [weights.name, _meta_names(name)[-1]])
         raise CheckpointError(f"no {what} at {directory}: expected {expected}; {make}")
-    for file_name in _meta_names(name):
-        candidate = directory / file_name
-        if candidate.exists():
-            try:
-                meta = json.loads(candidate.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                raise CheckpointError(f"{candidate} is not valid JSON ({error}); restore it or save the model "
-                                      f"again") from error
-            if not isinstance(meta, dict) or "kind" not in meta:
-                raise CheckpointError(f"{candidate} does not describe a dpdistill model (no 'kind' field)")
-            return meta
-    raise CheckpointError(f"{directory} has {weights.name} but no {' or '.join(_meta_names(name))} describing it; "
-                          f"copy the description file along with the weights, or save the model again")
+    candidate = description_path(directory, name)
+    if not candidate.exists():
+        raise CheckpointError(f"{directory} has {weights.name} but no {' or '.join(_meta_names(name))} describing "
+                              f"it; copy the description file along with the weights, or save the model again")
+    try:
+        meta = json.loads(candidate.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{candidate} is not valid JSON ({error}); restore it or save the model again") from error
+    if not isinstance(meta, dict) or "kind" not in meta:
+        raise CheckpointError(f"{candidate} does not describe a dpdistill model (no 'kind' field)")
+    return meta
 
 
 def saved_class_names(meta: dict[str, Any]) -> tuple[str, ...] | None:

@@ -9,13 +9,35 @@ charged in full (the capacity bound).
 
 Each covered run writes its provenance into the description of every model it saves (key `provenance`): computed
 by dpdistill's accounting (`verified`), or, for a model brought in by `import-teacher --dp-epsilon`, the guarantee
-its owner declares (reported as that claim, never as something dpdistill checked).
+its owner declares (reported as that claim, never as something dpdistill checked). It also carries the notes of
+settings chosen on data (privacy/selection.py), so that a transcription of the model repeats them.
+
+A provenance is bound to what it describes, and every read checks the binding (methods/teachers.py):
+- `weights_sha256`, the SHA-256 of the safetensors file's bytes: save_model serialises the weights in memory,
+  digests them and writes both files at once, so a description pasted onto other weights, or weights replaced
+  under a description, are refused.
+- `report_sha256` (verified provenances only), the SHA-256 of the run's `privacy` section as report.json writes
+  it (sorted keys, infinities as 'inf'). The lifecycle saves the models before the report, but the privacy
+  section is final before either, so the digest is computed from it then: no second file and no rewrite. Where
+  the run's report is present (beside the model, or in the run directory the provenance names), the provenance a
+  read derives from that report must be the one stored, digest included: an edited epsilon, an edited report or
+  a verified provenance without a report digest is refused.
+- A description that records its private data's digest (`data_digest (private)`: a model trained without DP)
+  never carries a provenance: nothing private goes into a DP release's description, and such a pair is refused.
+
+The digests are no signature: whoever edits the files can compute them again. They catch a description moved
+onto other weights or another run, and weights or a report changed under it; a teacher from elsewhere is as
+trustworthy as whoever hands it over.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import dp_accounting
@@ -23,7 +45,8 @@ import dp_accounting
 from dpdistill.errors import CheckpointError, PrivacyParameterError
 from dpdistill.privacy.accounting import validate_delta, validate_epsilon
 from dpdistill.privacy.ledger import Release
-from dpdistill.reporting.report import is_covered
+from dpdistill.privacy.selection import SELECTION
+from dpdistill.reporting.report import as_written, is_covered
 
 PROVENANCE = "provenance"  # the key of a model description that holds it
 ADD_REMOVE, REPLACE_ONE = "add-remove", "replace-one"
@@ -31,6 +54,7 @@ RELATIONS = (ADD_REMOVE, REPLACE_ONE)
 RELATION_UNITS = {ADD_REMOVE: "adding or removing one private training example",
                   REPLACE_ONE: "replacing one private training example"}
 DECLARED = "declared by the model's owner"
+PRIVATE_MARK = "(private)"  # how a description names an entry computed from the private data without noise
 
 
 @dataclass(frozen=True)
@@ -45,8 +69,12 @@ class Provenance:
     verified: bool  # True: dpdistill's own accounting at release; False: the owner's claim
     covers: str  # what the release's guarantee covers, in the releasing run's words
     run: str | None = None  # the run directory that released it
+    weights_sha256: str | None = None  # the weights it describes (their safetensors file)
+    report_sha256: str | None = None  # its run's report's `privacy` section (privacy_digest)
+    notes: tuple[str, ...] = ()  # settings chosen on data (privacy/selection.py)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "notes", tuple(self.notes))  # a list, read from JSON
         validate_epsilon(self.epsilon)
         validate_delta(self.delta)
         if self.relation not in RELATIONS:
@@ -54,7 +82,7 @@ class Provenance:
                                         f"{' or '.join(RELATIONS)}")
 
     @classmethod
-    def of_run(cls, method: str, privacy: dict[str, Any], run: str) -> "Provenance | None":
+    def of_run(cls, method: str, privacy: dict[str, Any], run: str | None) -> "Provenance | None":
         """The provenance of what a finished run released, from its report's `privacy` section: None unless the
         run's epsilon is a formal guarantee for its models (noise, secret, nothing read without protection)."""
         epsilon = privacy.get("epsilon")
@@ -65,7 +93,8 @@ class Provenance:
         return cls(release=method, epsilon=float(epsilon), delta=float(privacy["delta"]), relation=relation,
                    epsilon_replace_one=privacy.get("epsilon_replace_one",
                                                    epsilon if relation == REPLACE_ONE else None),
-                   verified=bool(inherited.get("verified", True)), covers=str(privacy.get("covered", "")), run=run)
+                   verified=bool(inherited.get("verified", True)), covers=str(privacy.get("covered", "")), run=run,
+                   report_sha256=privacy_digest(privacy), notes=tuple(privacy.get(SELECTION, ())))
 
     @classmethod
     def declared(cls, epsilon: float, delta: float, relation: str) -> "Provenance":
@@ -85,19 +114,54 @@ class Provenance:
                        2 * self.epsilon)
 
     @classmethod
-    def of_meta(cls, meta: dict[str, Any]) -> "Provenance | None":
-        """The provenance a model description carries; None: the model was trained without DP."""
+    def of_meta(cls, meta: dict[str, Any], description: Path | str = "the model's description"
+                ) -> "Provenance | None":
+        """The provenance the model description `meta` (the file `description`) carries; None: the model was
+        trained without DP. A description with private entries and a provenance is refused."""
         data = meta.get(PROVENANCE)
         if data is None:
             return None
+        private = private_entries(meta)
+        if private:
+            raise CheckpointError(f"{description} carries a DP provenance beside {private[0]!r}, the private data's "
+                                  f"record of a model trained without DP: the description was altered; remove its "
+                                  f"provenance (the model is then charged in full)")
         try:
             return cls(**data)
         except (TypeError, ValueError, PrivacyParameterError) as error:
-            raise CheckpointError(f"the model's description holds a damaged provenance ({error}); save the model "
+            raise CheckpointError(f"{description} holds a damaged provenance ({error}); save the model "
                                   f"again") from error
 
+    def describing(self, meta: dict[str, Any], weights: bytes) -> dict[str, Any]:
+        """The description `meta` of the safetensors file `weights`, carrying this provenance bound to it (a DP
+        release's description is public: it may hold nothing private)."""
+        private = private_entries(meta)
+        if private:
+            raise CheckpointError(f"a DP release's description may hold nothing private, and this one holds "
+                                  f"{private[0]!r}")
+        bound = dataclasses.replace(self, weights_sha256=hashlib.sha256(weights).hexdigest())
+        return {**meta, PROVENANCE: bound.to_json()}
+
+    def check_weights(self, weights: Path, description: Path) -> None:
+        """Refuse unless this provenance binds the weights in `weights` (and, verified, a report)."""
+        if self.weights_sha256 is None or (self.verified and self.report_sha256 is None):
+            raise CheckpointError(f"{description} holds a provenance bound to no weights or no report (pasted in, "
+                                  f"or saved by an older dpdistill): release the model again, or import it with "
+                                  f"`import-teacher --dp-epsilon` as a declared claim")
+        if file_digest(weights) != self.weights_sha256:
+            raise CheckpointError(f"{weights} is not the model its provenance in {description} describes (another "
+                                  f"SHA-256): the weights were replaced or the description altered; restore both as "
+                                  f"released")
+
+    def check_report(self, report: Path, stated: "Provenance | None", description: Path) -> None:
+        """Refuse unless the run's report `report`, which states the release `stated`, states this one."""
+        if stated is None or stated != dataclasses.replace(self, weights_sha256=None):
+            raise CheckpointError(f"{report} does not state the release the provenance in {description} describes "
+                                  f"(another privacy section or digest): the report or the description was altered, "
+                                  f"or the model is not this run's; restore them as released")
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "notes": list(self.notes)}
 
     def statement(self) -> str:
         """One line: the guarantee, who states it, and under which relation."""
@@ -114,4 +178,26 @@ class Provenance:
                 "unit": RELATION_UNITS[self.relation], **both,
                 "epsilon_scope": "the teacher's own DP release (post-processing)" if self.verified
                 else "the teacher's DP training as its owner declares it (post-processing; not verified)",
-                "teacher_release": self.to_json()}
+                "teacher_release": self.to_json(), **({SELECTION: list(self.notes)} if self.notes else {})}
+
+
+def privacy_digest(privacy: dict[str, Any]) -> str:
+    """The SHA-256 of a report's `privacy` section as report.json holds it (keys sorted)."""
+    return hashlib.sha256(json.dumps(as_written(privacy), sort_keys=True).encode()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes."""
+    with path.open("rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def private_entries(meta: dict[str, Any]) -> list[str]:
+    """The keys of a description (at any depth) that name an entry computed from private data without noise."""
+    found = []
+    for key, value in meta.items():
+        if str(key).endswith(PRIVATE_MARK):
+            found.append(str(key))
+        if isinstance(value, dict):
+            found += private_entries(value)
+    return found

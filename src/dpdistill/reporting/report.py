@@ -199,6 +199,14 @@ def describe_classes(classes: Sequence[str]) -> str:
     return list_classes([f"{label} {name}" for label, name in enumerate(classes)])
 
 
+def selection_section(notes: list[str]) -> str:
+    """The report.md lines that say which of the run's settings were chosen by looking at data, and on which
+    (privacy/selection.py); none where no such setting ran."""
+    if not notes:
+        return ""
+    return "\n## Settings chosen on data\n\n" + "".join(f"- {note}\n" for note in notes)
+
+
 def percent(value: float | None) -> str:
     """A fraction as a report shows it: a percentage with two decimals, or n/a."""
     return "n/a" if value is None else f"{100 * value:.2f}%"

@@ -139,6 +139,4 @@ def transcription_markdown(report: dict[str, Any], title: str | None = None,
         "",
         f"Seed {report['seed']}. Every figure above is also in `report.json`.",
     ]
-    if report.get("notes"):
-        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"

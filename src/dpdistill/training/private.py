@@ -87,6 +87,7 @@ from dpdistill.privacy.accounting import (
 from dpdistill.privacy.count import COUNT_SHARE, NoisyCount
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import NoiseSource, noise_source
+from dpdistill.privacy.selection import FASHION_MNIST, Selection, selection_notes
 from dpdistill.training.teacher import load_encoder
 
 
@@ -121,20 +122,18 @@ RECIPE_SAMPLE_RATE = 8192 / 60000
 STUDENT_DEFAULT, ENCODER_STUDENT_DEFAULT = "scatter-linear", "cnn"  # the latter: pretrain's default encoder
 
 
-# Settings chosen without noise on a data set's own training split (scatter_validation.py: the last 10,000
-# Fashion-MNIST training images): (student, data set) -> the (batch size, step, epochs) chosen there
-SELECTED_ON_PRIVATE_DATA = {("scatter-linear", "fmnist"): ((8192, 8.0, 40), (16384, 16.0, 160))}
+# Settings chosen without noise on Fashion-MNIST's own training split (benchmarks/experiments/scatter_validation.py:
+# its last 10,000 images as the validation split)
+SELECTED_ON_PRIVATE_DATA = tuple(
+    Selection(f"scatter-linear's DP-SGD settings (batch {batch:,}, step {lr:g}, {epochs} epochs)",
+              {"student_arch": "scatter-linear", "batch_size": batch, "lr": lr, "epochs": epochs},
+              "Fashion-MNIST's training split (without noise)", FASHION_MNIST)
+    for batch, lr, epochs in ((8192, 8.0, 40), (16384, 16.0, 160)))
 
 
-def selection_note(config: "PrivateTrainingConfig") -> str | None:
-    """Where a run uses settings chosen on its own private data, that choice used the data outside any epsilon:
-    the report says so (on any other data set the same settings are a fixed, public choice)."""
-    chosen = SELECTED_ON_PRIVATE_DATA.get((config.student_arch, config.dataset), ())
-    if (config.batch_size, config.lr, config.epochs) not in chosen:
-        return None
-    return (f"these {config.student_arch} settings (batch {config.batch_size:,}, step {config.lr:g}, {config.epochs} "
-            f"epochs) were chosen without noise on the last 10,000 images of {config.dataset}'s own training split "
-            f"(benchmarks/experiments/scatter_validation.py): a use of the private data that no epsilon covers")
+def training_selection_notes(config: "PrivateTrainingConfig", digest: str | None) -> list[str]:
+    """Where a run on the data of `digest` uses settings chosen on private data, what it must say."""
+    return selection_notes(SELECTED_ON_PRIVATE_DATA, dataclasses.asdict(config), digest)
 
 
 @dataclass(frozen=True)
