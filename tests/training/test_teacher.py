@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dpdistill.data import load_dataset
+from dpdistill import progress
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.training import teacher
@@ -131,8 +132,8 @@ def test_impossible_teacher_settings_are_refused(options, message):
 
 
 def test_a_long_epoch_reports_how_far_into_it_the_run_is(monkeypatch):
-    """A record at least every WITHIN_EPOCH_SECONDS (0 here: every batch), its epoch a fraction, then the epoch's."""
-    monkeypatch.setattr(teacher, "WITHIN_EPOCH_SECONDS", 0.0)
+    """A record at least every PACE_SECONDS (0 here: every batch), its epoch a fraction, then the epoch's."""
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
     records: list[dict] = []
     train_classifier(load_dataset("digits"), TeacherConfig(arch="cnn", epochs=1, batch_size=512), records.append)
     assert [record["epoch"] for record in records] == [0.0, 0.36, 0.71, 1]  # 1,437 images in batches of 512

@@ -17,7 +17,7 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress
 
 
 SCATTER_INIT = "scatter"  # --init value: heads on the fixed scattering transform, no encoder and no public images
@@ -163,9 +163,6 @@ def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_clas
     return encoder
 
 
-WITHIN_EPOCH_SECONDS = 5.0  # a record within an epoch at least this often: a large data set's epoch takes minutes
-
-
 def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Progress | None = None,
                      evaluate_each_epoch: bool = True, targets: Tensor | None = None) -> tuple[Classifier, dict]:
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
@@ -184,15 +181,13 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Pro
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
     history = []
-    shown = started  # when the last record went out: a long epoch reports how far into it the run is
+    pace = Pace(progress)  # a long epoch (60,000 images) reports how far into it the run is
     for epoch in range(1, epochs + 1):
         model.train()
         order = torch.randperm(len(dataset.x_train), generator=order_generator)
         total_loss = 0.0
         for start in range(0, len(order), config.batch_size):
-            if progress and time.perf_counter() - shown > WITHIN_EPOCH_SECONDS:
-                shown = time.perf_counter()
-                progress({"epoch": round(epoch - 1 + start / len(order), 2), "total": epochs})
+            pace.within({"epoch": round(epoch - 1 + start / len(order), 2), "total": epochs})
             index = order[start:start + config.batch_size]
             images = dataset.x_train[index].to(device)
             if config.augment_shift:
@@ -207,9 +202,7 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Pro
         if evaluate_each_epoch or epoch == epochs:
             record["test_accuracy"] = accuracy(model, dataset.x_test, dataset.y_test, device=device)
         history.append(record)
-        if progress:
-            shown = time.perf_counter()
-            progress({**record, "total": epochs})
+        pace({**record, "total": epochs})
     report = {"test_accuracy": history[-1]["test_accuracy"], "history": history,
               "wall_seconds": time.perf_counter() - started}
     return model.eval(), report
