@@ -13,7 +13,7 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -24,7 +24,7 @@ Clock = Callable[[], float]
 
 # where a record says how far it is, and what a display shows beside the position
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
-SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
+SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "step",
               "confident_share", "loss", "vae_loss", "generator_loss", "cached", "teacher_step")
 # records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
 MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_loss",
@@ -35,19 +35,19 @@ PACE_SECONDS = 1.0  # between two records of a loop's position within a long ste
 
 def with_total(progress: Progress | None, total: int) -> Progress | None:
     """`progress`, told that the run's own count ends at `total` (a named phase keeps its own)."""
-    return _unless_phased(progress, {"total": total})
-
-
-def in_phase(progress: Progress | None, phase: str) -> Progress | None:
-    """`progress`, each record counted as part of the named `phase` (one it names itself stays its own)."""
-    return _unless_phased(progress, {"phase": phase})
-
-
-def _unless_phased(progress: Progress | None, added: dict[str, Any]) -> Progress | None:
-    """`progress` with `added` to every record that names no phase of its own."""
     if progress is None:
         return None
-    return lambda record: progress(record if "phase" in record else {**record, **added})
+    return lambda record: progress(record if "phase" in record else {**record, "total": total})
+
+
+def in_phase(progress: Progress | None, phase: str, total: int | None = None) -> Progress | None:
+    """`progress`, each record counted as part of the named `phase` (ending at `total`, where given); one that
+    names a phase of its own is that part of this one ("DP teacher (DP-SGD): features")."""
+    if progress is None:
+        return None
+    added = {"phase": phase, **({} if total is None else {"total": total})}
+    return lambda record: progress({**record, "phase": f"{phase}: {record['phase']}"} if "phase" in record
+                                   else {**record, **added})
 
 
 def announce_start(progress: Progress | None) -> None:

@@ -211,7 +211,8 @@ def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
     whole = train_private(config, tmp_path / "whole")
 
     def interrupt_after_first_epoch(record: dict) -> None:
-        raise KeyboardInterrupt
+        if "test_accuracy" in record:  # the epoch's end (records within it say how far into it the run is)
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train_private(config, tmp_path / "cut", progress=interrupt_after_first_epoch)
@@ -329,3 +330,16 @@ def test_dpsgd_plans_its_sampling_from_the_declared_size_never_the_exact_count(t
     assert not (tmp_path / "undeclared").exists()
     given = dataclasses.replace(config(tmp_path / "undeclared.npz"), dataset_size=700)
     assert train_private(given, tmp_path / "given")["privacy"]["declared_size"] == 700
+
+
+def test_an_epoch_reports_how_far_into_it_the_run_is(tmp_path: Path, monkeypatch):
+    """A DP-SGD epoch of a large student takes minutes: its steps say where the run is (PACE_SECONDS 0 here: every
+    step), then the epoch's end with its accuracy."""
+    from dpdistill import progress
+
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
+    records: list[dict] = []
+    train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1), tmp_path, progress=records.append)
+    epochs = [record["epoch"] for record in records if "phase" not in record]
+    assert epochs[0] == 0 and epochs[-1] == 1 and len(epochs) > 3 and epochs == sorted(epochs)
+    assert "test_accuracy" in records[-1]

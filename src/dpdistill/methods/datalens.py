@@ -111,7 +111,6 @@ class DataLens(SynthesisMethod):
     paper = "Wang et al., DataLens (CCS 2021), seed 003"
     presets = PRESETS
     config_type = DataLensConfig
-    stepped = "generator"
 
     def build_config(self, preset: str | None, values: dict[str, Any]) -> DataLensConfig:
         return build_datalens_config(preset, values)
@@ -243,8 +242,8 @@ def _configure(values: dict[str, Any]) -> Any:
 
 
 def _progress_of(values: dict[str, Any], config: Any) -> tuple[int | None, str]:
-    chosen = synthesis_method(getattr(config, "method", "datalens"))
-    return (None if config is None else config.steps), f"{chosen.name} {chosen.stepped} steps"
+    """Each phase of a synthesiser counts its own work (DataLens' generator steps, DP-MERF's image fitting)."""
+    return None, f"{getattr(config, 'method', values['method'])} on {values['dataset']}"
 
 
 # options whose None means the preset's value (or the method's default)

@@ -58,7 +58,6 @@ class DpMerf(SynthesisMethod):
     needs = Needs.PRIVATE_DATA
     paper = "Harder et al., DP-MERF (AISTATS 2021); not a seed paper"
     config_type = MeanEmbeddingConfig
-    stepped = "image"
 
     def build_config(self, preset: str | None, values: dict[str, Any]) -> MeanEmbeddingConfig:
         return build_mean_embedding_config(preset, values)

@@ -43,7 +43,7 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import BatchNormStatistics, data_free_terms, total_variation
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress, in_phase
 from dpdistill.training.annotation import (
     Annotator,
     CandidateSet,
@@ -63,6 +63,8 @@ from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 
+
+PRETRAIN_PHASE = "generator pretraining"  # the progress display's name for DP-DFD's step 1
 
 
 @dataclass
@@ -338,7 +340,9 @@ class TranscriptionEngine:
         query. The teacher is read without noise, so nothing trained on these samples has a formal guarantee."""
         clock = time.perf_counter()
         self.generator.train()
+        pace = Pace(in_phase(self.progress, PRETRAIN_PHASE, self.config.generator_pretrain_steps))
         while self.pretrained < self.config.generator_pretrain_steps:
+            pace.within({"done": self.pretrained})
             with torch.no_grad():
                 self.latents.normal_()
             terms = self._discriminator_terms(self._discriminate(self.teacher, self.generator(self.latents)))
@@ -347,8 +351,8 @@ class TranscriptionEngine:
             loss.backward()
             self.generator_optimizer.step()
             self.pretrained += 1
-            if self.pretrained % self.config.eval_every == 0 and self.progress:
-                self.progress({"pretrain_step": self.pretrained, "generator_loss": loss.item()})
+            if self.pretrained % self.config.eval_every == 0:
+                pace({"done": self.pretrained, "pretrain_step": self.pretrained, "generator_loss": loss.item()})
             if self.work_dir and self.pretrained % self.config.checkpoint_every == 0:
                 self._checkpoint()
         _lap(timings, "pretrain", clock)

@@ -29,7 +29,7 @@ from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpe
                                set_option)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
-from dpdistill.progress import Progress, with_total
+from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
@@ -40,6 +40,7 @@ TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
+TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,7 @@ class ReleaseJob(Job):
     def run(self, resume: bool) -> Outcome:
         teacher = self._teach()
         transcription = TranscriptionJob(self.teacher_dir, self.config.transcription, self.out_dir,
-                                         self.config.teacher.dataset,
-                                         with_total(self.progress, self.config.transcription.iterations))
+                                         self.config.teacher.dataset, self.progress, TRANSCRIPTION_PHASE)
         self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
         outcome = transcription.run(resume=release_state(self.out_dir).exists())
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
@@ -136,7 +136,8 @@ class ReleaseJob(Job):
         method = DPSGD()
         resumable = method.interrupted(self.teacher_dir) is not None
         return execute(method, Source(), self.config.teacher, self.teacher_dir, resume=resumable,
-                       overwrite=not resumable, progress=with_total(self.progress, self.config.teacher.epochs))
+                       overwrite=not resumable,
+                       progress=in_phase(self.progress, TEACHER_PHASE, self.config.teacher.epochs))
 
 
 def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, relation: str = ADD_REMOVE,
@@ -218,7 +219,6 @@ COMMAND = CommandSpec(
     configure=_configure,
     run=lambda values, config, progress: run_release(config, Path(values["out"]), values["resume"], progress,
                                                      values["overwrite"]),
-    progress_of=lambda values, config: (None if config is None else config.transcription.iterations,
-                                        f"release on {values['dataset']}"),
+    progress_of=lambda values, config: (None, f"release on {values['dataset']}"),  # each phase counts its own
     positional=("dataset", "out"), settable=(TranscriptionConfig,),
     prefixed=((TEACHER_PREFIX, PrivateTrainingConfig),))

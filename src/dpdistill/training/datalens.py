@@ -47,8 +47,10 @@ from dpdistill.privacy.accounting import (GaussianQuery, PrivacyLedger, calibrat
                                           composed_epsilon_rdp, max_queries)
 from dpdistill.privacy.mechanisms import threshold_votes, thresholded_noisy_votes, top_k_stochastic_signs
 from dpdistill.privacy.randomness import NoiseSource, noise_source
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, in_phase
 from dpdistill.training.state import load_state, save_state
+
+GENERATOR_STEPS_PHASE = "generator steps"  # the progress display's name for the training loop (teachers' steps in it)
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ class DataLensTrainer:
     def __init__(self, config: DataLensConfig, dataset: ImageDataset, plan: DataLensPlan, state_dir: Path,
                  progress: Progress | None = None, noise: NoiseSource | None = None) -> None:
         self.config, self.dataset, self.plan, self.state_dir = config, dataset, plan, state_dir
-        self.progress = progress or (lambda record: None)
+        self.progress = in_phase(progress, GENERATOR_STEPS_PHASE) or (lambda record: None)
         self.noise = noise or noise_source(config.reproducible_noise, config.seed)
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)

@@ -35,13 +35,14 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.scattering import scattering_features
 from dpdistill.privacy.accounting import GaussianQuery, calibrate, composed_epsilon, composed_epsilon_rdp
 from dpdistill.privacy.randomness import NoiseSource
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, in_phase
 from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
 SENSITIVITY = 2.0  # L2, replace-one: see the module docstring
 SUM_BATCH = 2000  # private images embedded at once
-SUMS_PHASE = "class sums"  # a progress display's name for embedding the private images
+SUMS_PHASE, FIT_PHASE = "class sums", "image fitting"  # the progress display's names: embedding the private
+# images (their scattering coefficients first) and summing them, then fitting the synthetic images
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class MeanEmbeddingSynthesizer:
         """The noisy class-wise sums of phi (num_classes, dim): the run's only read of the private data."""
         dataset, device = self.dataset, self.device
         coefficients = (frozen_features(self.embedding.scattering, dataset.x_train, device, fixed=True,
-                                        progress=self.progress) if self.embedding.uses_scattering else None)
+                                        progress=in_phase(self.progress, SUMS_PHASE))
+                        if self.embedding.uses_scattering else None)
         sums = torch.zeros(dataset.num_classes, self.embedding.dim, device=device)
         with torch.no_grad():
             for start in range(0, len(dataset.y_train), SUM_BATCH):
@@ -248,7 +250,7 @@ class MeanEmbeddingSynthesizer:
             if step % config.checkpoint_every == 0 and step < config.steps:
                 self._save(noisy_sums, step, history)
             if self.progress:
-                self.progress({"step": step, "distance": loss})
+                self.progress({"phase": FIT_PHASE, "step": step, "total": config.steps, "distance": loss})
         images = torch.tanh(self.raw.detach()).cpu()
         return MeanEmbeddingResult(images, self.labels.clone(), history, time.perf_counter() - started,
                                    release_seconds)

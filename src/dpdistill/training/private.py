@@ -63,7 +63,7 @@ from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, 
 from dpdistill.evaluation.metrics import confusion_counts, predict, share_correct
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import setting
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
 from dpdistill.training.state import load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
@@ -540,10 +540,12 @@ class PrivateTrainer:
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
         started, predicted = time.perf_counter(), None
+        pace = Pace(self.progress)  # an epoch of a large student takes minutes: how far into it the run is
         while self.epoch < self.config.epochs:
             self._train_mode()
             loss_sum, seen = 0.0, 0
-            for inputs, labels in self.loader:
+            for step, (inputs, labels) in enumerate(self.loader):
+                pace.within({"epoch": round(self.epoch + step / self.plan.steps_per_epoch, 2)})
                 self.ledger.charge(1)
                 loss_sum += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
                 seen += len(labels)
@@ -553,8 +555,7 @@ class PrivateTrainer:
             self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
                                  "test_accuracy": share_correct(predicted, self.y_eval)})
             save_state(self.work_dir / "resume", self._state())
-            if self.progress:
-                self.progress(self.history[-1])
+            pace(self.history[-1])
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
         if predicted is None:  # resumed after its last epoch

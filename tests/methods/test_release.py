@@ -1,0 +1,29 @@
+"""`dpdistill release` as a run a user can follow: each phase named, with its own count."""
+
+from pathlib import Path
+
+import pytest
+
+from dpdistill.methods.release import TEACHER_PHASE, TRANSCRIPTION_PHASE, build_release_config, run_release
+from dpdistill.methods.synthetic import CLASSIFIER_PHASE, SYNTHETIC_PHASE
+from dpdistill.methods.transcription import FIDELITY_PHASE
+
+SMALL = {"batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4), "eval_every": 2,
+         "iterations": 2, "synthetic_epochs": 1}
+
+
+@pytest.mark.slow
+def test_every_record_of_a_release_names_its_phase_and_each_phase_counts_to_its_own_total(tmp_path: Path):
+    records: list[dict] = []
+    config = build_release_config("digits", 2.0, synthetic_size=100, teacher_options={"epochs": 3},
+                                  transcription_options=SMALL)
+    report = run_release(config, tmp_path, progress=records.append)
+    phases = list(dict.fromkeys(record.get("phase") for record in records))
+    main = [phase for phase in phases if ": " not in phase]  # nested passes: "DP teacher (DP-SGD): features"
+    assert main == [TEACHER_PHASE, TRANSCRIPTION_PHASE, SYNTHETIC_PHASE, CLASSIFIER_PHASE]
+    assert set(phases) - set(main) <= {f"{TEACHER_PHASE}: features", f"{FIDELITY_PHASE}: features"}
+    assert f"{FIDELITY_PHASE}: features" in phases  # the feature passes after the classifier are not a silence
+    totals = {phase: {record.get("total") for record in records if record["phase"] == phase} for phase in main}
+    assert totals == {TEACHER_PHASE: {3}, TRANSCRIPTION_PHASE: {2}, SYNTHETIC_PHASE: {100}, CLASSIFIER_PHASE: {1}}
+    drawn = [record["done"] for record in records if record["phase"] == SYNTHETIC_PHASE]
+    assert drawn[0] == 0 and drawn[-1] == report["synthetic"]["images"]  # a class the generator misses ends short
