@@ -55,7 +55,7 @@ from dpdistill.training.annotation import (
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.training.state import STATE_SKELETON, load_state, save_state
+from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.models.registry import build_classifier, build_generator
@@ -341,6 +341,7 @@ class TranscriptionEngine:
         clock = time.perf_counter()
         self.generator.train()
         pace = Pace(in_phase(self.progress, PRETRAIN_PHASE, self.config.generator_pretrain_steps))
+        checkpoints = Checkpoints(self.config.checkpoint_every)
         while self.pretrained < self.config.generator_pretrain_steps:
             pace.within({"done": self.pretrained})
             with torch.no_grad():
@@ -353,8 +354,8 @@ class TranscriptionEngine:
             self.pretrained += 1
             if self.pretrained % self.config.eval_every == 0:
                 pace({"done": self.pretrained, "pretrain_step": self.pretrained, "generator_loss": loss.item()})
-            if self.work_dir and self.pretrained % self.config.checkpoint_every == 0:
-                self._checkpoint()
+            if self.work_dir:
+                checkpoints(self.pretrained, self._checkpoint)
         _lap(timings, "pretrain", clock)
 
     # --- the run -------------------------------------------------------------------------------------------
@@ -369,6 +370,7 @@ class TranscriptionEngine:
         started = time.perf_counter()
         self.started = True
         self.pretrain_generator(timings)
+        checkpoints = Checkpoints(self.config.checkpoint_every)
         while self.iteration < self.config.iterations:
             losses = self.step(timings)
             self.iteration += 1
@@ -380,8 +382,8 @@ class TranscriptionEngine:
             self.history.append(record)
             if self.progress:
                 self.progress(record)
-            if self.work_dir and (self.iteration % self.config.checkpoint_every == 0):
-                self._checkpoint()
+            if self.work_dir:  # the last iteration too: a resumed run then goes straight to the synthetic set
+                checkpoints(self.iteration, self._checkpoint, final=self.iteration == self.config.iterations)
         wall = time.perf_counter() - started
         return TranscriptionResult(self.student.eval(), self.generator.eval(), self.latents.detach(), self.plan,
                                    self._answered(), self.history, wall, self.noise, dict(timings))

@@ -36,7 +36,7 @@ from dpdistill.models.scattering import scattering_features
 from dpdistill.privacy.accounting import GaussianQuery, calibrate, composed_epsilon, composed_epsilon_rdp
 from dpdistill.privacy.randomness import NoiseSource
 from dpdistill.progress import Progress, in_phase
-from dpdistill.training.state import STATE_SKELETON, load_state, save_state
+from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
 SENSITIVITY = 2.0  # L2, replace-one: see the module docstring
@@ -67,7 +67,7 @@ class MeanEmbeddingConfig:
     student_epochs: int = 30
     student_lr: float = 1e-3
     student_batch: int = 128
-    checkpoint_every: int = 100  # optimiser steps between resumable checkpoints
+    checkpoint_every: int = 100  # optimiser steps between resumable checkpoints (and one every 30 s at least)
     seed: int = 0  # random features, initial images and batches; never the Gaussian noise
     reproducible_noise: bool = False  # debugging only: the Gaussian noise from the seed, NO guarantee
     device: str = "cpu"
@@ -241,14 +241,14 @@ class MeanEmbeddingSynthesizer:
             self._save(noisy_sums, step, history)
         release_seconds = time.perf_counter() - started
         targets = self.targets(noisy_sums)
-        config = self.config
+        config, checkpoints = self.config, Checkpoints(self.config.checkpoint_every)
         while step < config.steps:
             loss = self._step(targets)
             step += 1
             if step % max(1, config.steps // 20) == 0 or step == config.steps:
                 history.append({"step": step, "distance": loss})
-            if step % config.checkpoint_every == 0 and step < config.steps:
-                self._save(noisy_sums, step, history)
+            # the last step too: a run interrupted while its classifier trains does not fit the images again
+            checkpoints(step, lambda: self._save(noisy_sums, step, history), final=step == config.steps)
             if self.progress:
                 self.progress({"phase": FIT_PHASE, "step": step, "total": config.steps, "distance": loss})
         images = torch.tanh(self.raw.detach()).cpu()
