@@ -27,3 +27,27 @@ def test_every_record_of_a_release_names_its_phase_and_each_phase_counts_to_its_
     assert totals == {TEACHER_PHASE: {3}, TRANSCRIPTION_PHASE: {2}, SYNTHETIC_PHASE: {100}, CLASSIFIER_PHASE: {1}}
     drawn = [record["done"] for record in records if record["phase"] == SYNTHETIC_PHASE]
     assert drawn[0] == 0 and drawn[-1] == report["synthetic"]["images"]  # a class the generator misses ends short
+
+
+@pytest.mark.slow
+def test_a_release_stopped_in_its_last_phase_resumes_there(tmp_path: Path, monkeypatch):
+    """Stopped while the classifier on its synthetic set trains (saved after every batch here): the resumed
+    release neither transcribes nor draws its synthetic set again, and its classifier continues."""
+    from dpdistill.training import state
+
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
+    config = build_release_config("digits", 2.0, synthetic_size=300, teacher_options={"epochs": 3},
+                                  transcription_options={**SMALL, "synthetic_epochs": 2})
+
+    def stop_after_the_first_epoch(record: dict) -> None:
+        if record.get("phase") == CLASSIFIER_PHASE and record["epoch"] == 1 and "train_loss" in record:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_release(config, tmp_path, progress=stop_after_the_first_epoch)
+    records: list[dict] = []
+    report = run_release(None, tmp_path, resume=True, progress=records.append)
+    assert {record["phase"] for record in records} == {CLASSIFIER_PHASE, f"{FIDELITY_PHASE}: features"}
+    assert min(record["epoch"] for record in records if record["phase"] == CLASSIFIER_PHASE) == 1
+    assert len(report["synthetic"]["per_class"]) == 10 and (tmp_path / "synthetic.npz").exists()

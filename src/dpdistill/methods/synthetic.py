@@ -24,6 +24,8 @@ from dpdistill.reporting.report import save_image_grid
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 SYNTHETIC_FILE = "synthetic.npz"
+SYNTHETIC_STATE, CLASSIFIER_STATE = "synthetic", "classifier"  # in a run's resume directory: the synthetic set once
+# drawn, the classifier on it under way
 GRID_PER_CLASS = 10
 SYNTHETIC_PHASE = "synthetic set"  # a progress display's names: drawing the synthetic set, and the classifier
 CLASSIFIER_PHASE = "classifier on the synthetic set"  # trained on it
@@ -56,18 +58,19 @@ class StudentSettings:
 
 
 def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, method: str,
-                       settings: StudentSettings, progress: Progress | None = None
+                       settings: StudentSettings, progress: Progress | None = None, state_dir: Path | None = None
                        ) -> tuple[Classifier, dict[str, Any], float]:
     """The student trained on (`images`, `labels`) only, scored on `dataset`'s real test split: the model, the
     report's entries (accuracy, what it was measured on, the synthetic set's shape, the student's curve) and the
-    seconds it took. Its epochs show as the `classifier` phase of `progress` (minutes on 60,000 images)."""
+    seconds it took. Its epochs show as the CLASSIFIER_PHASE of `progress` (minutes on 60,000 images), and its
+    training is resumable from `state_dir` (the run's private resume directory's CLASSIFIER_STATE)."""
     started = time.perf_counter()
     synthetic = dataclasses.replace(dataset, name=f"{dataset.name} ({method} synthetic)", x_train=images,
                                     y_train=labels, ids_train=None)
     student, trained = train_classifier(synthetic, TeacherConfig(
         arch=settings.arch, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr, min_steps=0,
         seed=settings.seed, device=settings.device), in_phase(progress, CLASSIFIER_PHASE),
-        evaluate_each_epoch=settings.every_epoch)
+        evaluate_each_epoch=settings.every_epoch, state_dir=state_dir)
     report = {"accuracy": {"student": trained["history"][-1]["test_accuracy"]},
               "student_arch": settings.arch,
               "measured_on": f"the whole real test split of {dataset.name} ({len(dataset.y_test)} images)",
