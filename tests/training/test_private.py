@@ -343,3 +343,31 @@ def test_an_epoch_reports_how_far_into_it_the_run_is(tmp_path: Path, monkeypatch
     epochs = [record["epoch"] for record in records if "phase" not in record]
     assert epochs[0] == 0 and epochs[-1] == 1 and len(epochs) > 3 and epochs == sorted(epochs)
     assert "test_accuracy" in records[-1]
+
+
+def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: Path, monkeypatch):
+    """Saved on time within an epoch (after every step here: CHECKPOINT_SECONDS 0), stopped before step 13 of 23: the
+    resumed run goes on from step 13, runs exactly the planned steps and, with (debugging) reproducible noise whose
+    stream the checkpoint keeps, ends where an uninterrupted run ends."""
+    from dpdistill import progress
+    from dpdistill.training import state
+
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2, reproducible_noise=True)
+    whole = train_private(config, tmp_path / "whole")
+
+    def stop_before_step_13(record: dict) -> None:
+        if record.get("epoch") == round(12 / 23, 2):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_private(config, tmp_path / "cut", progress=stop_before_step_13)
+    records: list[dict] = []
+    resumed = train_private(None, tmp_path / "cut", resume=True, progress=records.append)
+    assert [record["epoch"] for record in records if "phase" not in record][0] == round(12 / 23, 2)
+    assert resumed["privacy"]["steps"] == whole["privacy"]["steps"] == 46
+    assert resumed["history"] == whole["history"]
+    weights, again = load_file(tmp_path / "whole" / "student.safetensors"), load_file(tmp_path / "cut" / "student.safetensors")
+    assert all(torch.equal(weights[name], again[name]) for name in weights)
