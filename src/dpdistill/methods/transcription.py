@@ -152,6 +152,7 @@ class TranscriptionJob(Job):
                                                             int(self.meta["num_classes"]), self.dataset_name,
                                                             self.source is None, self.dataset, self._labeller(),
                                                             self.progress, release_state(self.out_dir))
+        report["resumed"] = resume  # its wall time is then this process's part only
         if self.source is not None:
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
         if self.provenance is not None:  # a DP release's accuracy on public test images is public
