@@ -380,7 +380,8 @@ class FederatedJob(Job):
             raise FederationError(f"every round was answered but the server stopped before keeping the student "
                                   f"({self._stopped(federation)}): --resume finishes it without asking again")
         report, models, write_files = transcription_release(result, transcription, in_shape, num_classes,
-                                                            config.dataset, dataset=server.evaluation)
+                                                            config.dataset, dataset=server.evaluation,
+                                                            progress=self.progress)
         report.update(federation=self._federation_report(federation, kept, lost),
                       engine_config=transcription.to_dict())
         sigma = server.query.total_sigma / GRID_STEPS  # the sum's noise in units of beta, as the seed states it
