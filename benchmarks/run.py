@@ -1212,13 +1212,37 @@ def select(runs: list[Run], patterns: list[str]) -> list[Run]:
     return [run for run in runs if run.name in needed]
 
 
-def write_guide_figures(rows: list[dict]) -> None:
-    """The rows `dpdistill plan` cites (dpdistill/guide.py), with their accuracy, spread, seeds and wall time."""
-    from dpdistill.guide import FIGURES_FILE, guide_rows
+def ran_as_printed(printed: str, epsilon: int, row: dict) -> bool:
+    """Whether a row's recorded command is `printed`, a command `dpdistill plan` prints (dpdistill/guide.py), on the
+    row's data set at `epsilon`: the same command and options as the command line parses them, but for the --out
+    and --seed the harness adds (a row's figures are over its seeds) and the input directories the printed one
+    names by a placeholder."""
+    from dpdistill.cli.main import parsed_command
+    from dpdistill.guide import PLACEHOLDERS, filled
 
-    cited = set(guide_rows())
-    figures = {row["run"]: {"accuracy": row["accuracy_mean"], "spread": row["accuracy_std"], "seeds": row["seeds"],
-                            "wall_seconds": row["wall_seconds"]} for row in rows if row["run"] in cited}
+    name, options = parsed_command(filled(printed, row["dataset"], epsilon))
+    recorded_name, recorded = parsed_command(row["command"])
+    free = {"out", "seed"} | {key for key, value in options.items() if value in PLACEHOLDERS}
+    return (name, options.keys()) == (recorded_name, recorded.keys()) and all(
+        options[key] == recorded[key] for key in options.keys() - free)
+
+
+def write_guide_figures(rows: list[dict]) -> None:
+    """The rows `dpdistill plan` cites (dpdistill/guide.py) that ran the very command it prints beside them, with
+    their accuracy, spread, seeds, wall time (none for a resumed row: its last part's) and that command; a row that
+    ran another command (a smaller generator, owners trained by another row) gives the guide no figure."""
+    from dpdistill.guide import FIGURES_FILE, MEASURED_ON, ROUTES
+
+    published = {row["run"]: row for row in rows}
+    figures = {}
+    for route in ROUTES:
+        for epsilon, name in route.rows.items():
+            row = published.get(name.format(d=MEASURED_ON))
+            if row is not None and ran_as_printed(route.commands[epsilon], epsilon, row):
+                figures[row["run"]] = {"accuracy": row["accuracy_mean"], "spread": row["accuracy_std"],
+                                       "seeds": row["seeds"],
+                                       "wall_seconds": None if row["resumed"] else row["wall_seconds"],
+                                       "command": route.commands[epsilon]}
     FIGURES_FILE.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dpdistill.errors import BudgetExceededError, ConfigError
 from dpdistill.jobs import train_teacher
-from dpdistill.progress import ProgressDisplay, announce_start, shown, with_total
+from dpdistill.progress import Pace, ProgressDisplay, announce_start, shown, with_total
 from dpdistill.training.teacher import TeacherConfig
 
 
@@ -171,3 +171,76 @@ def test_on_a_terminal_a_step_without_figures_keeps_the_last_ones_shown():
         display({"step": 1, "loss": 0.5})
         display({"step": 2})
         assert display.bar.tasks[0].fields["status"] == "loss=0.5" and display.bar.tasks[0].completed == 2  # 2/3
+
+
+class FakeClock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timed(display: ProgressDisplay, clock: FakeClock, records: list[tuple[float, dict]]) -> None:
+    with display:
+        display.start()
+        for at, record in records:
+            clock.now = at
+            display(record)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_each_phase_measures_its_rate_and_eta_from_its_own_start(capsys, named: bool):
+    """A release's teacher counts 40 epochs in 40 s, then its transcription 10 s an iteration: the transcription's
+    ETA is its own, named or not (a count that starts again is a new loop), never one from the run's start."""
+    clock = FakeClock()
+    teacher = [(float(epoch), {"epoch": epoch, "total": 40, **({"phase": "DP teacher"} if named else {})})
+               for epoch in range(1, 41)]
+    transcription = [(40.0 + 10 * step, {"iteration": step, "total": 150, **({"phase": "transcription"} if named
+                                                                              else {})}) for step in (1, 2)]
+    _timed(ProgressDisplay("release", 150, terminal=False, interval=0.0, clock=clock), clock,
+           teacher + transcription)
+    last = capsys.readouterr().err.splitlines()[-2]
+    assert last == f"{'transcription' if named else 'release'} 2/150 0.1/s, ETA 24m40s, elapsed 1m00s"
+
+
+def test_a_new_phase_shows_its_first_record_at_once_and_its_name(capsys):
+    clock = FakeClock()
+    _timed(ProgressDisplay("release", 3, terminal=False, interval=3600.0, clock=clock), clock,
+           [(1.0, {"phase": "transcription", "iteration": 1, "total": 3}), (2.0, {"phase": "transcription",
+                                                                                 "iteration": 2, "total": 3}),
+            (3.0, {"phase": "synthetic set", "done": 1024, "total": 60000})])
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" elapsed")[0] for line in lines[1:-1]] == ["transcription 1/3", "synthetic set 1024/60000"]
+
+
+def test_a_step_that_blocks_still_gets_a_line_every_interval(capsys):
+    clock = FakeClock()
+    with ProgressDisplay("release", 150, terminal=False, interval=10.0, clock=clock) as display:
+        display.start()
+        clock.now = 1.0
+        display({"phase": "classifier on the synthetic set", "epoch": 3, "total": 10, "train_loss": 0.5})
+        for clock.now in (5.0, 10.9):
+            display.tick()  # what the heartbeat does: nothing before the interval
+        assert len(capsys.readouterr().err.splitlines()) == 2
+        clock.now = 11.0
+        display.tick()
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == "classifier on the synthetic set 3/10 elapsed 11s, train_loss=0.5"
+
+
+def test_a_pace_passes_a_loops_positions_at_most_every_its_seconds_and_a_steps_end_always():
+    clock, heard = FakeClock(), []
+    pace = Pace(heard.append, seconds=1.0, clock=clock)
+    for clock.now in (0.0, 0.5, 0.99, 1.0, 1.5, 2.2):
+        pace.within({"done": clock.now})
+    pace({"epoch": 1})
+    assert heard == [{"done": 0.0}, {"done": 1.0}, {"done": 2.2}, {"epoch": 1}]
+    Pace(None).within({"done": 1})  # no progress: nothing to do
+
+
+def test_a_fraction_of_a_step_is_shown_to_the_hundredth(capsys):
+    _feed(ProgressDisplay("dpsgd", 40, terminal=False, interval=0.0), [{"epoch": 1.256}, {"epoch": 2}])
+    assert [line.split(" ")[1] for line in capsys.readouterr().err.splitlines()[1:3]] == ["1.26/40", "2/40"]

@@ -1,9 +1,12 @@
 """`dpdistill plan`: which route fits what a user has, with the accuracy and time it measured on Fashion-MNIST.
 
-Each route names its benchmark rows; their figures come from `guide_figures.json` beside this module, which
-`benchmarks/run.py` writes from its results (so every figure printed here has a command in benchmarks/results.md).
-A route that cannot work in the user's situation says so instead of printing a figure (one non-private model at a
-small sound epsilon: the capacity bound)."""
+Each route prints, for the measured epsilon nearest the user's (1 or 10), the command of a benchmark row as that
+row ran it: the same command and options, only the data set, the epsilon, --out and the input directories named by
+a placeholder (PLACEHOLDERS) left to the user. Its figures come from `guide_figures.json` beside this module, which
+`benchmarks/run.py` writes from its results for the rows whose recorded command is the one printed here (so every
+figure printed here has that command in benchmarks/results.md); where none is, the route prints no figure. A route
+that cannot work in the user's situation says so instead (one non-private model at a small sound epsilon: the
+capacity bound)."""
 
 from __future__ import annotations
 
@@ -18,40 +21,57 @@ HAVE = {"model": "a model trained without privacy (one teacher)",
         "public": "the private data and public unlabelled images",
         "owners": "several data owners, each with its own data"}
 MEASURED_ON = "fmnist"  # where the rows were measured; other data sets get them as a guide
+PLACEHOLDERS = ("DIR", "ENSEMBLE", "ENCODER")  # input directories a printed command leaves to the user
 
 
 @dataclass(frozen=True)
 class Route:
-    """One route: whom it serves (`have`), its command, and its benchmark rows at epsilon 1 and 10 (`{d}`: the
-    data set); `limit` says why the route cannot help where that is known from a bound."""
+    """One route: whom it serves (`have`), and at epsilon 1 and 10 its command (D: the data set, E: the epsilon,
+    PLACEHOLDERS: the user's directories) and the benchmark row that ran that command (`{d}`: the data set); `limit`
+    says why the route cannot help where that is known from a bound."""
 
     have: tuple[str, ...]
     name: str
-    command: str
+    commands: dict[int, str]
     rows: dict[int, str]
     limit: str = ""
 
 
+def _same(command: str) -> dict[int, str]:
+    """One command at both measured epsilons."""
+    return {1: command, 10: command}
+
+
+PATE_COMMAND = ("dpdistill pate --teacher ENSEMBLE --student-init ENCODER --epsilon E --queries 500 --student-arch cnn "
+                "--student-training consistency --batch-size 64 --self-training-rounds 0 --answer-targets posterior "
+                "--out runs/pate")
+FEDERATED_COMMAND = ("dpdistill federated --dataset D --clients 50 --method pate --epsilon E --members-per-owner 20 "
+                     "--queries 500 --student-arch scatter-linear --set answer_targets=posterior --set min_steps=500 "
+                     "--set teacher_init=scatter --set teacher_heads_only=true --set teacher_lr=0.01 "
+                     "--set teacher_weight_decay=0.01 --set teacher_min_steps=300 --out runs/fed")
 ROUTES = (
     Route(("data", "public", "owners"), "DP-SGD on scattering features (train-private)",
-          "dpdistill train-private --dataset D --epsilon E --out runs/dpsgd",
+          _same("dpdistill train-private --dataset D --method dpsgd --epsilon E --student-arch scatter-linear "
+                "--out runs/dpsgd"),
           {1: "dpsgd-scatter-linear-eps1-{d}", 10: "dpsgd-scatter-linear-eps10-{d}"}),
     Route(("data", "public"), "one release: a DP teacher transcribed for free into a student of any architecture, "
           "a generator and synthetic images (release)",
-          "dpdistill release --dataset D --epsilon E --student-arch cnn --out runs/release",
+          {1: "dpdistill release --dataset D --epsilon E --student-arch cnn --out runs/release",
+           10: "dpdistill release --dataset D --epsilon E --student-arch cnn --teacher-set batch_size=16384 "
+               "--teacher-set lr=16 --teacher-set epochs=160 --out runs/release"},
           {1: "release-eps1-{d}", 10: "release-eps10-{d}"}),
     Route(("data", "public"), "private synthetic images and a classifier on them (synthesize --method dp-merf)",
-          "dpdistill synthesize --method dp-merf --dataset D --epsilon E --out runs/synthetic",
+          _same("dpdistill synthesize --method dp-merf --dataset D --epsilon E --out runs/synthetic"),
           {1: "dpmerf-eps1-{d}", 10: "dpmerf-eps10-{d}"}),
-    Route(("public",), "PATE: a teacher ensemble labels public images (pretrain, train-teacher --partitions, pate; "
-          "docs/methods/pate.md)", "dpdistill pate --teacher ENSEMBLE --epsilon E --queries 500 --out runs/pate",
+    Route(("public",), "PATE: a teacher ensemble labels public images (pretrain makes ENCODER, train-teacher "
+          "--partitions ENSEMBLE: 1,000 heads at epsilon 1, 100 at 10; docs/methods/pate.md)", _same(PATE_COMMAND),
           {1: "pate-1000-heads-longer-fixmatch-posterior-eps1-q500-{d}",
            10: "pate-100-heads-longer-fixmatch-posterior-eps10-q500-{d}"}),
     Route(("owners",), "federated PATE over secure aggregation (federated; docs/methods/federated.md)",
-          "dpdistill federated --dataset D --clients M --epsilon E --out runs/fed",
-          {1: "federated-pate-50-owners-eps1-{d}", 10: "federated-pate-50-owners-eps10-{d}"}),
+          _same(FEDERATED_COMMAND), {1: "federated-pate-50-owners-eps1-{d}", 10: "federated-pate-50-owners-eps10-{d}"}),
     Route(("model",), "transcribe the model (transcribe)",
-          "dpdistill transcribe --teacher DIR --epsilon E --out runs/student",
+          _same("dpdistill transcribe --teacher DIR --privacy data --preset paper --epsilon E "
+                "--set generator_width=64,32,16 --out runs/student"),
           {1: "dpsd-data-eps1-{d}", 10: "dpsd-data-eps10-{d}"},
           limit="one model trained without privacy can change completely when one private example changes: at a "
                 "small sound epsilon all its noisy answers carry under a nat (the capacity bound, docs/privacy.md), "
@@ -60,8 +80,14 @@ ROUTES = (
 )
 
 
+def filled(command: str, dataset: str, epsilon: float) -> str:
+    """A route's command for `dataset` at `epsilon`."""
+    return command.replace(" --dataset D ", f" --dataset {dataset} ").replace(" --epsilon E ", f" --epsilon {epsilon:g} ")
+
+
 def load_figures() -> dict[str, dict[str, Any]]:
-    """The measured rows (accuracy %, its spread, seeds, wall seconds) by name; empty before any benchmark run."""
+    """The measured rows (accuracy %, its spread, seeds, wall seconds, the command they ran) by name; empty before
+    any benchmark run."""
     return json.loads(FIGURES_FILE.read_text()) if FIGURES_FILE.is_file() else {}
 
 
@@ -76,17 +102,21 @@ def nearest_epsilon(epsilon: float) -> int:
 
 
 def plan(dataset: str, epsilon: float, have: str) -> list[dict[str, Any]]:
-    """The routes for a user who has `have`, each with its figure at the measured epsilon nearest `epsilon`."""
+    """The routes for a user who has `have`, each with its command at `epsilon` and the figures its row measured
+    at the epsilon nearest it, where that row ran this very command (else none)."""
     figures, measured = load_figures(), nearest_epsilon(epsilon)
     rows = []
     for route in ROUTES:
         if have not in route.have:
             continue
-        name = route.rows[measured].format(d=MEASURED_ON)
+        name, command = route.rows[measured].format(d=MEASURED_ON), route.commands[measured]
         figure = figures.get(name)
-        rows.append({"route": route.name, "command": route.command.replace(" D ", f" {dataset} ")
-                     .replace(" E ", f" {epsilon:g} "), "row": name, "epsilon": measured, "limit": route.limit,
+        if figure is not None and figure.get("command") != command:  # measured for another command
+            figure = None
+        rows.append({"route": route.name, "command": filled(command, dataset, epsilon), "row": name,
+                     "epsilon": measured, "limit": route.limit,
                      "accuracy": None if figure is None else figure["accuracy"],
                      "spread": None if figure is None else figure["spread"],
-                     "minutes": None if figure is None else figure["wall_seconds"] / 60})
+                     "minutes": None if figure is None or figure["wall_seconds"] is None
+                     else figure["wall_seconds"] / 60})
     return sorted(rows, key=lambda row: (bool(row["limit"]), -(row["accuracy"] or 0)))

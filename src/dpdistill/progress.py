@@ -11,40 +11,43 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as Bar
 
 Progress = Callable[[dict], None]
+Clock = Callable[[], float]
 
 # where a record says how far it is, and what a display shows beside the position
 POSITION_KEYS = ("done", "iteration", "epoch", "member", "owner", "round", "step")
-SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "pretrain_step", "step",
+SHOWN_KEYS = ("student_accuracy", "test_accuracy", "student_loss", "queries", "train_loss", "step",
               "confident_share", "loss", "vae_loss", "generator_loss", "cached", "teacher_step")
 # records that mark a milestone (an evaluation, a finished phase step): a redirected display logs each one
 MILESTONE_KEYS = ("student_accuracy", "test_accuracy", "pretrain_step", "confident_share", "loss", "vae_loss",
                   "cached")
-LOG_INTERVAL_SECONDS = 10.0  # between two plain lines when no milestone comes
+LOG_INTERVAL_SECONDS = 10.0  # at most between two plain lines, whether records come or a step blocks
+PACE_SECONDS = 1.0  # between two records of a loop's position within a long step (Pace)
 
 
 def with_total(progress: Progress | None, total: int) -> Progress | None:
     """`progress`, told that the run's own count ends at `total` (a named phase keeps its own)."""
-    return _unless_phased(progress, {"total": total})
-
-
-def in_phase(progress: Progress | None, phase: str) -> Progress | None:
-    """`progress`, each record counted as part of the named `phase` (one it names itself stays its own)."""
-    return _unless_phased(progress, {"phase": phase})
-
-
-def _unless_phased(progress: Progress | None, added: dict[str, Any]) -> Progress | None:
-    """`progress` with `added` to every record that names no phase of its own."""
     if progress is None:
         return None
-    return lambda record: progress(record if "phase" in record else {**record, **added})
+    return lambda record: progress(record if "phase" in record else {**record, "total": total})
+
+
+def in_phase(progress: Progress | None, phase: str, total: int | None = None) -> Progress | None:
+    """`progress`, each record counted as part of the named `phase` (ending at `total`, where given); one that
+    names a phase of its own is that part of this one ("DP teacher (DP-SGD): features")."""
+    if progress is None:
+        return None
+    added = {"phase": phase, **({} if total is None else {"total": total})}
+    return lambda record: progress({**record, "phase": f"{phase}: {record['phase']}"} if "phase" in record
+                                   else {**record, **added})
 
 
 def announce_start(progress: Progress | None) -> None:
@@ -55,68 +58,115 @@ def announce_start(progress: Progress | None) -> None:
         start()
 
 
+class Pace:
+    """A loop's position within a long step (the batches of an epoch, of a synthetic set), passed on at most every
+    `seconds` by `within`, and always by a call (the step's end): a display then has a fresh position to show at
+    least every few seconds, and a caller's callable hears a record a second rather than one a batch."""
+
+    def __init__(self, progress: Progress | None, seconds: float | None = None, clock: Clock = time.monotonic) -> None:
+        self.progress, self.clock = progress, clock
+        self.seconds = PACE_SECONDS if seconds is None else seconds
+        self.last = -float("inf")
+
+    def __call__(self, record: dict) -> None:
+        if self.progress is not None:
+            self.last = self.clock()
+            self.progress(record)
+
+    def within(self, record: dict) -> None:
+        if self.progress is not None and self.clock() - self.last >= self.seconds:
+            self(record)
+
+
 class ProgressDisplay:
     """Shows a run's records on stderr: a bar on a terminal; when the output is redirected, one plain line (phase,
-    position, rate, ETA, latest figures) at each milestone and every `interval` seconds, with no control
-    characters; nothing at all when `quiet`. Draws nothing before the run's first record.
+    position, rate, ETA, latest figures) at each milestone, at each phase's first record, and at least every
+    `interval` seconds (a heartbeat repeats the position when a step blocks longer), with no control characters;
+    nothing at all when `quiet`. Draws nothing before the run's first record.
 
     `total` is where the count ends; a record's "total" replaces it where only the run knows the end (a teacher's
-    epochs raised to reach --min-steps)."""
+    epochs raised to reach --min-steps). Each phase's rate and ETA are measured from its own first record, and a
+    count that goes back (a new loop under the same name) starts its measure again."""
 
     def __init__(self, description: str, total: int | None = None, quiet: bool = False,
-                 terminal: bool | None = None, interval: float = LOG_INTERVAL_SECONDS) -> None:
-        self.description, self.total, self.quiet, self.interval = description, total, quiet, interval
+                 terminal: bool | None = None, interval: float = LOG_INTERVAL_SECONDS, clock: Clock = time.monotonic
+                 ) -> None:
+        self.description, self.total, self.quiet, self.interval, self.clock = description, total, quiet, interval, clock
         self.terminal = Console(stderr=True).is_terminal if terminal is None else terminal
-        self.created = time.monotonic()
-        self.first: tuple[float, int] | None = None  # when and where the count began: the rate is measured from there
+        self.created = clock()
+        self.first: tuple[float, float] | None = None  # when and where the count began: the rate is measured from there
         self.last_line = -float("inf")
-        self.position: int | None = None
+        self.position: float | None = None
+        self.figures: list[str] = []  # the latest record's, repeated by a heartbeat
         self.phase: str | None = None  # the named phase under way (None: the run's own count)
         self.status: dict[str, str] = {}  # the figures on a terminal's bar, each the last given (this phase's)
-        self.run_count: tuple[int | None, int | None] = (total, None)  # the run's total and position, kept meanwhile
+        self.run_count: tuple[int | None, float | None] = (total, None)  # the run's total and position, kept meanwhile
         self.bar: Bar | None = None
         self.task = None
+        self.lock = threading.Lock()  # the heartbeat's thread and the run's share the lines
+        self.stopped = threading.Event()
 
     def __enter__(self) -> "ProgressDisplay":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.stopped.set()
         if self.bar is not None:
             self.bar.stop()
         elif not self.quiet and self.last_line > -float("inf") and exc_info[0] is None:
-            self._line(f"{self.description}: done in {_duration(time.monotonic() - self.created)}")
+            self._line(f"{self.description}: done in {_duration(self.clock() - self.created)}")
 
     def start(self) -> None:
-        """The run's checks have passed: show that it began."""
+        """The run's checks have passed: show that it began (and, redirected, keep a line coming every interval)."""
         if self.quiet or self.bar is not None or self.last_line > -float("inf"):
             return
         if self.terminal:
             self._draw("")
-        else:
-            self.last_line = time.monotonic()
-            self._line(self._plain(self.last_line, [], started=True))
+            return
+        self.last_line = self.clock()
+        self._line(self._plain(self.last_line, started=True))
+        if self.interval > 0:
+            threading.Thread(target=self._heartbeat, daemon=True, name="progress heartbeat").start()
+
+    def _heartbeat(self) -> None:
+        while not self.stopped.wait(max(0.05, self.last_line + self.interval - self.clock())):
+            self.tick()
+
+    def tick(self) -> None:
+        """A line with the position as it stands when none was written for `interval` seconds: a step that blocks
+        (an evaluation, a feature pass of one large batch) still shows the run alive."""
+        with self.lock:
+            now = self.clock()
+            if not self.stopped.is_set() and self.last_line > -float("inf") and now - self.last_line >= self.interval:
+                self.last_line = now
+                self._line(self._plain(now))
 
     def __call__(self, record: dict) -> None:
         if self.quiet:
             return
-        if record.get("phase") != self.phase:
+        with self.lock:
+            self._record(record)
+
+    def _record(self, record: dict) -> None:
+        switched = record.get("phase") != self.phase
+        if switched:
             self._switch(record.get("phase"))
         self.total = record.get("total", self.total)
         counted = next((key for key in POSITION_KEYS if key in record), None)
-        now = time.monotonic()
+        now = self.clock()
         if counted is not None:
-            self.position = position = record[counted]
-            if self.first is None or position < self.first[1]:  # a count that starts again: a new phase
-                self.first = (now, position)
+            previous, self.position = self.position, record[counted]
+            if self.first is None or (previous is not None and self.position < previous):  # a count that starts
+                self.first = (now, self.position)  # again (the next loop): its rate is its own
         shown = {key: f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
                  for key, value in record.items() if key in SHOWN_KEYS and key != counted}  # not the position twice
-        figures = list(shown.values())
+        self.figures = list(shown.values())
         if self.terminal:  # the bar keeps each figure until a record gives it anew (loops send a loss now and then)
             self.status.update(shown)
             self._draw("  ".join(self.status.values()))
-        elif any(key in record for key in MILESTONE_KEYS) or now - self.last_line >= self.interval:
+        elif switched or any(key in record for key in MILESTONE_KEYS) or now - self.last_line >= self.interval:
             self.last_line = now
-            self._line(self._plain(now, figures, started=False))
+            self._line(self._plain(now))
 
     def _switch(self, phase: str | None) -> None:
         """A named phase begins (its own count), or ends and the run's count resumes where it was."""
@@ -137,21 +187,21 @@ class ProgressDisplay:
         # a record without a position (pretraining's loss) keeps the bar where it is
         self.bar.update(self.task, total=self.total, completed=self.position, status=status)
 
-    def _plain(self, now: float, figures: list[str], started: bool) -> str:
+    def _plain(self, now: float, started: bool = False) -> str:
         """'phase position/total rate, ETA, elapsed, figures': the position first, where a log reader looks."""
         facts = []
         if self.position is None:
             head = f"{self.phase or self.description}:"
             facts += ["started"] if started else []
         else:
-            head = f"{self.phase or self.description} {self.position}/{'?' if self.total is None else self.total}"
+            head = f"{self.phase or self.description} {_count(self.position)}/{'?' if self.total is None else self.total}"
             moved, seconds = self.position - self.first[1], now - self.first[0]
             if moved > 0 and seconds > 0:
                 facts.append(f"{moved / seconds:.3g}/s")
                 if self.total is not None and self.total >= self.position:
                     facts.append(f"ETA {_duration((self.total - self.position) * seconds / moved)}")
         facts.append(f"elapsed {_duration(now - self.created)}")
-        return f"{head} {', '.join([*facts, *figures])}"
+        return f"{head} {', '.join([*facts, *([] if started else self.figures)])}"
 
     @staticmethod
     def _line(text: str) -> None:
@@ -167,6 +217,11 @@ def shown(progress: Progress | bool | None, description: str, total: int | None 
             yield display
     else:
         yield progress or None
+
+
+def _count(position: float) -> str:
+    """A position as a log shows it: whole steps as they are, a step's fraction (an epoch under way) to 0.01."""
+    return str(position) if isinstance(position, int) else f"{position:.2f}".rstrip("0").rstrip(".")
 
 
 def _duration(seconds: float) -> str:

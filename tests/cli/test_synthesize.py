@@ -18,6 +18,7 @@ from dpdistill.cli.main import app
 from dpdistill.models.checkpoint import load_conditional_generator
 from dpdistill.data.sample_source import load_sample_source
 from dpdistill.methods.synthetic import CLASSIFIER_PHASE
+from dpdistill.training.mean_embedding import FIT_PHASE, SUMS_PHASE
 from dpdistill.privacy.ledger import event_from_json
 from dpdistill.privacy.accounting import rdp_epsilon
 from helpers import built_once
@@ -131,7 +132,12 @@ def test_the_python_api_runs_dpmerf_and_names_the_classifiers_phase(tmp_path: Pa
     assert result.generator is None and result.report["method"] == "dp-merf"
     assert (tmp_path / "api" / "synthetic.npz").exists()
     # the classifier's epochs (minutes on 60,000 images) are a phase of their own, not a silence after the steps
-    assert [record["epoch"] for record in records if record.get("phase") == CLASSIFIER_PHASE] == [1]
+    assert [record["epoch"] for record in records
+            if record.get("phase") == CLASSIFIER_PHASE and "train_loss" in record] == [1]
+    phases = list(dict.fromkeys(record.get("phase") for record in records))  # every record in a named phase
+    assert phases[-3:] == [SUMS_PHASE, FIT_PHASE, CLASSIFIER_PHASE] and set(phases) <= {
+        f"{SUMS_PHASE}: features", SUMS_PHASE, FIT_PHASE, CLASSIFIER_PHASE}
+    assert {record["total"] for record in records if record["phase"] == FIT_PHASE} == {5}
 
 
 DATALENS_BASE = ("--top-k", "16")

@@ -10,8 +10,9 @@ import torch
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.mean_embedding import (EMBEDDING_PARTS, SENSITIVITY, Embedding, MeanEmbeddingConfig,
-                                               SUMS_PHASE, MeanEmbeddingSynthesizer, plan_mean_embedding)
+from dpdistill.training import state
+from dpdistill.training.mean_embedding import (EMBEDDING_PARTS, FIT_PHASE, SENSITIVITY, SUMS_PHASE, Embedding,
+                                               MeanEmbeddingConfig, MeanEmbeddingSynthesizer, plan_mean_embedding)
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,8 @@ def test_fitting_moves_each_class_towards_its_released_mean(digits, tmp_path):
 class CountingNoise:
     """The secure source, counting its Gaussian draws."""
 
-    def __init__(self) -> None:
-        self.source, self.draws = noise_source(), 0
+    def __init__(self, source=None) -> None:
+        self.source, self.draws = source or noise_source(), 0
         self.description = self.source.description
 
     def normal(self, *args, **kwargs):
@@ -116,6 +117,32 @@ def test_a_resumed_run_fits_to_the_saved_release_without_a_second_one(digits, tm
     resumed = MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise, tmp_path)
     result = resumed.run(True)
     assert noise.draws == 1 and result.history[-1]["step"] == 30
+
+
+def test_an_interrupted_fit_resumes_from_its_last_timed_checkpoint_with_the_saved_release(digits, tmp_path,
+                                                                                         monkeypatch):
+    """No step count reaches a checkpoint (checkpoint_every 1,000), but the time does (CHECKPOINT_SECONDS 0 here:
+    after every step): the fit resumes after the step it was stopped at, exactly as it would have gone on, and
+    fits to the release saved before the first step, never drawing the noise again."""
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))  # a save's own cost not counted
+    run = config(steps=12, checkpoint_every=1000, reproducible_noise=True)
+    whole = MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise_source(True, 0),
+                                     tmp_path / "whole").run(False)
+
+    def stop_at_step_7(record: dict) -> None:
+        if record.get("phase") == FIT_PHASE and record["step"] == 7:
+            raise KeyboardInterrupt
+
+    noise = CountingNoise(noise_source(True, 0))
+    with pytest.raises(KeyboardInterrupt):
+        MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise, tmp_path / "cut",
+                                 stop_at_step_7).run(False)
+    records: list[dict] = []
+    resumed = MeanEmbeddingSynthesizer(run, digits, plan_mean_embedding(run), noise, tmp_path / "cut",
+                                       records.append).run(True)
+    assert [record["step"] for record in records] == list(range(8, 13)) and noise.draws == 1
+    assert torch.equal(resumed.images, whole.images) and resumed.history == whole.history
 
 
 @pytest.mark.parametrize("values, message", [

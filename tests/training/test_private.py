@@ -214,7 +214,8 @@ def test_private_resume_ends_where_an_uninterrupted_run_ends(tmp_path: Path):
     whole = train_private(config, tmp_path / "whole")
 
     def interrupt_after_first_epoch(record: dict) -> None:
-        raise KeyboardInterrupt
+        if "test_accuracy" in record:  # the epoch's end (records within it say how far into it the run is)
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train_private(config, tmp_path / "cut", progress=interrupt_after_first_epoch)
@@ -373,3 +374,44 @@ def test_a_run_that_fails_before_its_first_step_is_charged_its_noisy_count_alone
     with pytest.raises(RuntimeError, match="the loader broke"):
         train_private(dataclasses.replace(config, dataset=str(declared)), tmp_path / "declared-run")
     assert len(json.loads((tmp_path / "ledgers" / "ledger.json").read_text())["entries"]) == 1
+
+
+def test_an_epoch_reports_how_far_into_it_the_run_is(tmp_path: Path, monkeypatch):
+    """A DP-SGD epoch of a large student takes minutes: its steps say where the run is (PACE_SECONDS 0 here: every
+    step), then the epoch's end with its accuracy."""
+    from dpdistill import progress
+
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
+    records: list[dict] = []
+    train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1), tmp_path, progress=records.append)
+    epochs = [record["epoch"] for record in records if "phase" not in record]
+    assert epochs[0] == 0 and epochs[-1] == 1 and len(epochs) > 3 and epochs == sorted(epochs)
+    assert "test_accuracy" in records[-1]
+
+
+def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: Path, monkeypatch):
+    """Saved on time within an epoch (after every step here: CHECKPOINT_SECONDS 0), stopped before step 13 of 23: the
+    resumed run goes on from step 13, runs exactly the planned steps and, with (debugging) reproducible noise whose
+    stream the checkpoint keeps, ends where an uninterrupted run ends."""
+    from dpdistill import progress
+    from dpdistill.training import state
+
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2, reproducible_noise=True)
+    whole = train_private(config, tmp_path / "whole")
+
+    def stop_before_step_13(record: dict) -> None:
+        if record.get("epoch") == round(12 / 23, 2):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_private(config, tmp_path / "cut", progress=stop_before_step_13)
+    records: list[dict] = []
+    resumed = train_private(None, tmp_path / "cut", resume=True, progress=records.append)
+    assert [record["epoch"] for record in records if "phase" not in record][0] == round(12 / 23, 2)
+    assert resumed["privacy"]["steps"] == whole["privacy"]["steps"] == 46
+    assert resumed["history"] == whole["history"]
+    weights, again = load_file(tmp_path / "whole" / "student.safetensors"), load_file(tmp_path / "cut" / "student.safetensors")
+    assert all(torch.equal(weights[name], again[name]) for name in weights)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dpdistill.data import load_dataset
+from dpdistill import progress
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.training import teacher
@@ -131,9 +132,34 @@ def test_impossible_teacher_settings_are_refused(options, message):
 
 
 def test_a_long_epoch_reports_how_far_into_it_the_run_is(monkeypatch):
-    """A record at least every WITHIN_EPOCH_SECONDS (0 here: every batch), its epoch a fraction, then the epoch's."""
-    monkeypatch.setattr(teacher, "WITHIN_EPOCH_SECONDS", 0.0)
+    """A record at least every PACE_SECONDS (0 here: every batch), its epoch a fraction, then the epoch's."""
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
     records: list[dict] = []
     train_classifier(load_dataset("digits"), TeacherConfig(arch="cnn", epochs=1, batch_size=512), records.append)
     assert [record["epoch"] for record in records] == [0.0, 0.36, 0.71, 1]  # 1,437 images in batches of 512
     assert "test_accuracy" in records[-1] and all(record["total"] == 1 for record in records)
+
+
+def test_a_stopped_training_continues_from_its_state_to_the_model_it_would_have_trained(tmp_path: Path,
+                                                                                       monkeypatch):
+    """Saved after every batch here (CHECKPOINT_SECONDS 0, a save's cost not counted), stopped in its second epoch:
+    the resumed run trains the same weights as one that never stopped, and reports the whole history."""
+    from dpdistill.training import state
+
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
+    monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
+    digits, config = load_dataset("digits"), TeacherConfig(arch="cnn", epochs=2, batch_size=256)
+    whole, whole_report = train_classifier(digits, config, evaluate_each_epoch=True)
+
+    def stop_in_the_second_epoch(record: dict) -> None:
+        if record["epoch"] == 1.53:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_classifier(digits, config, stop_in_the_second_epoch, state_dir=tmp_path)
+    records: list[dict] = []
+    resumed, resumed_report = train_classifier(digits, config, records.append, state_dir=tmp_path)
+    assert records[0]["epoch"] == 1.53  # where it stopped, not the start
+    assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
+    assert resumed_report["history"] == whole_report["history"]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -116,16 +118,29 @@ def plan_command(
     for index, route in enumerate(routes, 1):
         print(f"\n{index}. {route['route']}\n   {route['command']}")
         if route["limit"]:
-            print(f"   cannot help: {route['limit']} (measured {_measured(route)})")
+            print(f"   cannot help: {route['limit']} ({_measured(route)})")
         else:
-            print(f"   measured {_measured(route)}")
+            print(f"   {_measured(route)}")
 
 
 def _measured(route: dict) -> str:
+    """What the route's row measured for its printed command, or that no row ran that very command."""
     if route["accuracy"] is None:
-        return f"row `{route['row']}`: not measured yet"
+        return f"no figure: no benchmark row ran this very command (the row cited here: `{route['row']}`)"
     spread = f" ± {route['spread']:.2f}" if route["spread"] else ""
-    return f"{route['accuracy']:.2f}%{spread} in {route['minutes']:.0f} min on 2 cores (row `{route['row']}`)"
+    minutes = "" if route["minutes"] is None else f" in {route['minutes']:.0f} min on 2 cores"
+    return f"measured {route['accuracy']:.2f}%{spread}{minutes} (row `{route['row']}`)"
+
+
+def parsed_command(line: str) -> tuple[str, dict[str, Any]]:
+    """A `dpdistill ...` command line as this command line parses it, without running it: the command's name and
+    its options' values (defaults included). A line it would refuse raises click's usage error."""
+    words = shlex.split(line)
+    if words[:1] != ["dpdistill"]:
+        raise click.UsageError(f"not a dpdistill command: {line}")
+    group = typer.main.get_command(app)
+    name, command, rest = group.resolve_command(group.make_context("dpdistill", words[1:]), words[1:])
+    return name, command.make_context(name, rest).params
 
 
 @app.command("cache")

@@ -74,7 +74,7 @@ def print_summary(report: dict, out: Path) -> None:
     """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
     the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
     from dpdistill.privacy.provenance import Provenance
-    from dpdistill.reporting.transcription import privacy_mode_words
+    from dpdistill.reporting.transcription import WITH_TEACHER, privacy_mode_words
 
     privacy, accuracy = report["privacy"], report["accuracy"]
     mode = [privacy_mode_words(report)] if "privacy_mode" in report else []
@@ -84,7 +84,7 @@ def print_summary(report: dict, out: Path) -> None:
     if accuracy["student"] is not None:
         table.add_row("student accuracy", f"{100 * accuracy['student']:.2f}%")
     if accuracy.get("synthetic") is not None:
-        table.add_row(f"a {report['synthetic']['classifier']} trained on the synthetic set alone",
+        table.add_row(f"a {report['synthetic']['classifier']} classifier trained on the synthetic set alone",
                       f"{100 * accuracy['synthetic']:.2f}%")
     if accuracy.get("teacher") is not None:  # a DP teacher's: public
         table.add_row("the DP teacher's accuracy", f"{100 * accuracy['teacher']:.2f}%")
@@ -94,7 +94,7 @@ def print_summary(report: dict, out: Path) -> None:
         budget = f" (budget {privacy['budget_epsilon']:g})" if privacy.get("budget_epsilon") is not None else ""
         scope = privacy.get("epsilon_scope") or ("sound" + (f", {privacy['relation']}" if "relation" in privacy else ""))
         table.add_row(f"epsilon ({scope})", f"{privacy['epsilon']:.4g} at delta {privacy['delta']:g}{budget}")
-        if privacy.get("epsilon_replace_one") is not None:
+        if privacy.get("epsilon_replace_one") is not None and privacy.get("relation") != "replace-one":
             table.add_row("epsilon, replace one example", f"{privacy['epsilon_replace_one']:.4g}")
         if "teacher_release" in privacy:
             table.add_row("teacher (a DP release: this run is post-processing)",
@@ -118,13 +118,16 @@ def print_summary(report: dict, out: Path) -> None:
                           f"{privacy['noise_multiplier']:.4g}, {privacy['sample_rate']:.4g}, {privacy['steps']}")
         if "training_set_size" in privacy:
             table.add_row("training-set size the sampling follows", privacy["training_set_size"])
-    if "ledger" in privacy:
+    if "ledger" in privacy:  # what the runs recorded there spent, not the teacher's own epsilon above
         ledger = privacy["ledger"]
         total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
-        table.add_row("epsilon of all the teacher's releases", f"{ledger['spent_epsilon']:.4g} ({total})")
-    table.add_row("wall time", f"{report['timing']['wall_seconds']:.1f} s")
-    if "release_seconds" in report["timing"]:
-        table.add_row("wall time with the teacher's training", f"{report['timing']['release_seconds']:.1f} s")
+        table.add_row("epsilon recorded in the teacher's ledger", f"{ledger['spent_epsilon']:.4g} ({total})")
+    timing = report["timing"]
+    if WITH_TEACHER in timing:
+        table.add_row("wall time of the whole release", f"{timing[WITH_TEACHER]:.1f} s")
+    loop = " of the transcription's loop" if "privacy_mode" in report else ""
+    table.add_row(f"wall time{loop}{' (resumed run: this part)' if report.get('resumed') else ''}",
+                  f"{timing['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     summary.print(table)
     style = "bold red" if privacy.get("formal_guarantee") is False else ""

@@ -381,7 +381,7 @@ class FederatedJob(Job):
                                   f"({self._stopped(federation)}): --resume finishes it without asking again")
         report, models, write_files = transcription_release(result, transcription, in_shape,
                                                             server.evaluation.class_names, config.dataset,
-                                                            dataset=server.evaluation)
+                                                            dataset=server.evaluation, progress=self.progress)
         report.update(federation=self._federation_report(federation, kept, lost),
                       engine_config=transcription.to_dict())
         sigma = server.query.total_sigma / GRID_STEPS  # the sum's noise in units of beta, as the seed states it

@@ -34,8 +34,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
 from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.lifecycle import execute
-from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
-                                         synthetic_files)
+from dpdistill.methods.synthetic import (CLASSIFIER_STATE, StudentSettings, SynthesisMethod, evaluate_synthetic,
+                                         student_model, synthetic_files)
 from dpdistill.models.checkpoint import CLASS_NAMES
 from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, dataset_help,
@@ -112,7 +112,6 @@ class DataLens(SynthesisMethod):
     paper = "Wang et al., DataLens (CCS 2021), seed 003"
     presets = PRESETS
     config_type = DataLensConfig
-    stepped = "generator"
 
     def build_config(self, preset: str | None, values: dict[str, Any]) -> DataLensConfig:
         return build_datalens_config(preset, values)
@@ -163,14 +162,14 @@ class DataLensJob(Job):
     """The plan is fixed (and an overspending one refused) before the private data is read for training."""
 
     def __init__(self, config: DataLensConfig, out_dir: Path, progress: Progress | None) -> None:
-        self.config, self.progress = config, progress
+        self.config, self.progress, self.state_dir = config, progress, release_state(out_dir)
         self.dataset = load_dataset(config.dataset)
         pixels = self.dataset.x_train[0].numel()
         if config.top_k > pixels:
             raise ConfigError(f"top-k {config.top_k} exceeds the {pixels} pixels of a {config.dataset} image: "
                               f"lower --top-k")
         self.plan = plan_datalens(config)
-        self.trainer = DataLensTrainer(config, self.dataset, self.plan, release_state(out_dir), progress)
+        self.trainer = DataLensTrainer(config, self.dataset, self.plan, self.state_dir, progress)
         self.uncovered = NOISELESS_VOTES if self.plan.query is None else reproducible_noise_read(config.reproducible_noise)
         self.planned = Release(self.plan.release_event(), config.delta, self.plan.epsilon(config.delta))
         self.data_set = data_read(self.dataset, config.dataset)  # whose ledger records the release
@@ -181,7 +180,7 @@ class DataLensJob(Job):
         images, labels = synthesize(result.generator, config.synthetic_size, config.seed, config.batch_size)
         student, evaluation, student_seconds = evaluate_synthetic(dataset, images, labels, "DataLens", StudentSettings(
             STUDENT_ARCH, config.student_epochs, config.student_lr, config.student_batch, config.seed, config.device),
-            self.progress)
+            self.progress, self.state_dir / CLASSIFIER_STATE)
         # the official evaluation reports the best test epoch: optimistic, shown beside the final model, labelled
         evaluation["accuracy"][OFFICIAL_PROTOCOL] = max(record["test_accuracy"] for record in evaluation["student_history"])
         privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,
@@ -245,8 +244,8 @@ def _configure(values: dict[str, Any]) -> Any:
 
 
 def _progress_of(values: dict[str, Any], config: Any) -> tuple[int | None, str]:
-    chosen = synthesis_method(getattr(config, "method", "datalens"))
-    return (None if config is None else config.steps), f"{chosen.name} {chosen.stepped} steps"
+    """Each phase of a synthesiser counts its own work (DataLens' generator steps, DP-MERF's image fitting)."""
+    return None, f"{getattr(config, 'method', values['method'])} on {values['dataset']}"
 
 
 # options whose None means the preset's value (or the method's default)

@@ -21,8 +21,8 @@ from typing import Any
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
-from dpdistill.methods.synthetic import (StudentSettings, SynthesisMethod, evaluate_synthetic, student_model,
-                                         synthetic_files)
+from dpdistill.methods.synthetic import (CLASSIFIER_STATE, StudentSettings, SynthesisMethod, evaluate_synthetic,
+                                         student_model, synthetic_files)
 from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.privacy.randomness import noise_source
@@ -58,7 +58,6 @@ class DpMerf(SynthesisMethod):
     needs = Needs.PRIVATE_DATA
     paper = "Harder et al., DP-MERF (AISTATS 2021); not a seed paper"
     config_type = MeanEmbeddingConfig
-    stepped = "image"
 
     def build_config(self, preset: str | None, values: dict[str, Any]) -> MeanEmbeddingConfig:
         return build_mean_embedding_config(preset, values)
@@ -85,12 +84,12 @@ class DpMerfJob(Job):
     """The noise is calibrated to the budget before the private data are read."""
 
     def __init__(self, config: MeanEmbeddingConfig, out_dir: Path, progress: Progress | None) -> None:
-        self.config, self.progress = config, progress
+        self.config, self.progress, self.state_dir = config, progress, release_state(out_dir)
         self.dataset = load_dataset(config.dataset)
         self.plan = plan_mean_embedding(config)
         self.noise = noise_source(config.reproducible_noise, config.seed)
         self.synthesizer = MeanEmbeddingSynthesizer(config, self.dataset, self.plan, self.noise,
-                                                    release_state(out_dir), progress)
+                                                    self.state_dir, progress)
         self.uncovered = reproducible_noise_read(config.reproducible_noise)
         self.planned = Release(self.plan.release_event(), config.delta,
                                composed_epsilon(self.plan.query, 1, config.delta))  # recorded in the data set's ledger
@@ -102,7 +101,8 @@ class DpMerfJob(Job):
         student, evaluation, student_seconds = evaluate_synthetic(
             dataset, result.images, result.labels, "DP-MERF",
             StudentSettings(config.student_arch, config.student_epochs, config.student_lr, config.student_batch,
-                            config.seed, config.device, every_epoch=False), self.progress)
+                            config.seed, config.device, every_epoch=False), self.progress,
+            self.state_dir / CLASSIFIER_STATE)
         privacy = {**self.plan.summary(config.delta), "formal_guarantee": True,
                    "event": event_to_json(self.plan.release_event()), "noise": self.noise.description,
                    "embedding": list(config.embedding),

@@ -43,7 +43,7 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import BatchNormStatistics, data_free_terms, total_variation
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress, in_phase
 from dpdistill.training.annotation import (
     Annotator,
     CandidateSet,
@@ -55,7 +55,7 @@ from dpdistill.training.annotation import (
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.training.state import STATE_SKELETON, load_state, save_state
+from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.models.registry import build_classifier, build_generator
@@ -63,6 +63,8 @@ from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
 from dpdistill.privacy.randomness import NoiseSource, noise_source
 
+
+PRETRAIN_PHASE = "generator pretraining"  # the progress display's name for DP-DFD's step 1
 
 
 @dataclass
@@ -338,7 +340,10 @@ class TranscriptionEngine:
         query. The teacher is read without noise, so nothing trained on these samples has a formal guarantee."""
         clock = time.perf_counter()
         self.generator.train()
+        pace = Pace(in_phase(self.progress, PRETRAIN_PHASE, self.config.generator_pretrain_steps))
+        checkpoints = Checkpoints(self.config.checkpoint_every)
         while self.pretrained < self.config.generator_pretrain_steps:
+            pace.within({"done": self.pretrained})
             with torch.no_grad():
                 self.latents.normal_()
             terms = self._discriminator_terms(self._discriminate(self.teacher, self.generator(self.latents)))
@@ -347,10 +352,10 @@ class TranscriptionEngine:
             loss.backward()
             self.generator_optimizer.step()
             self.pretrained += 1
-            if self.pretrained % self.config.eval_every == 0 and self.progress:
-                self.progress({"pretrain_step": self.pretrained, "generator_loss": loss.item()})
-            if self.work_dir and self.pretrained % self.config.checkpoint_every == 0:
-                self._checkpoint()
+            if self.pretrained % self.config.eval_every == 0:
+                pace({"done": self.pretrained, "pretrain_step": self.pretrained, "generator_loss": loss.item()})
+            if self.work_dir:
+                checkpoints(self.pretrained, self._checkpoint)
         _lap(timings, "pretrain", clock)
 
     # --- the run -------------------------------------------------------------------------------------------
@@ -365,6 +370,7 @@ class TranscriptionEngine:
         started = time.perf_counter()
         self.started = True
         self.pretrain_generator(timings)
+        checkpoints = Checkpoints(self.config.checkpoint_every)
         while self.iteration < self.config.iterations:
             losses = self.step(timings)
             self.iteration += 1
@@ -376,8 +382,8 @@ class TranscriptionEngine:
             self.history.append(record)
             if self.progress:
                 self.progress(record)
-            if self.work_dir and (self.iteration % self.config.checkpoint_every == 0):
-                self._checkpoint()
+            if self.work_dir:  # the last iteration too: a resumed run then goes straight to the synthetic set
+                checkpoints(self.iteration, self._checkpoint, final=self.iteration == self.config.iterations)
         wall = time.perf_counter() - started
         return TranscriptionResult(self.student.eval(), self.generator.eval(), self.latents.detach(), self.plan,
                                    self._answered(), self.history, wall, self.noise, dict(timings))

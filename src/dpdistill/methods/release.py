@@ -13,6 +13,7 @@ Nothing but the teacher's DP-SGD steps reads the private data; the test split on
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,8 @@ from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpe
                                resume_option, set_option)
 from dpdistill.privacy.ledger import Release, ReleaseLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
-from dpdistill.progress import Progress, with_total
-from dpdistill.reporting.transcription import release_markdown
+from dpdistill.progress import Progress, in_phase
+from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
 from dpdistill.training.private import (PrivateTrainingConfig, plan_private_training, public_train_size,
@@ -40,6 +41,7 @@ TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
+TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
 
 
 @dataclass(frozen=True)
@@ -113,10 +115,10 @@ class ReleaseJob(Job):
             build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
 
     def run(self, resume: bool) -> Outcome:
+        started = time.perf_counter()
         teacher = self._teach()
         transcription = TranscriptionJob(self.teacher_dir, self.config.transcription, self.out_dir,
-                                         self.config.teacher.dataset,
-                                         with_total(self.progress, self.config.transcription.iterations))
+                                         self.config.teacher.dataset, self.progress, TRANSCRIPTION_PHASE)
         self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
         outcome = transcription.run(resume=release_state(self.out_dir).exists())
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
@@ -125,9 +127,8 @@ class ReleaseJob(Job):
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"],
                                      "wall_seconds": teacher["timing"]["wall_seconds"]}
-        timing = outcome.report["timing"]  # the teacher's training, the transcription, its synthetic set
-        timing["release_seconds"] = (teacher["timing"]["wall_seconds"] + timing["wall_seconds"]
-                                     + timing.get("synthetic_seconds", 0.0))
+        if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds)
+            outcome.report["timing"][WITH_TEACHER] = time.perf_counter() - started
         return outcome
 
     def _teach(self) -> dict[str, Any]:
@@ -137,7 +138,8 @@ class ReleaseJob(Job):
         method = DPSGD()
         resumable = method.interrupted(self.teacher_dir) is not None
         return execute(method, Source(), self.teacher_config, self.teacher_dir, resume=resumable,
-                       overwrite=not resumable, progress=with_total(self.progress, self.config.teacher.epochs))
+                       overwrite=not resumable,
+                       progress=in_phase(self.progress, TEACHER_PHASE, self.config.teacher.epochs))
 
 
 def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, relation: str = ADD_REMOVE,
@@ -223,7 +225,6 @@ COMMAND = CommandSpec(
     configure=_configure,
     run=lambda values, config, progress: run_release(config, Path(values["out"]), values["resume"], progress,
                                                      values["overwrite"]),
-    progress_of=lambda values, config: (None if config is None else config.transcription.iterations,
-                                        f"release on {values['dataset']}"),
+    progress_of=lambda values, config: (None, f"release on {values['dataset']}"),  # each phase counts its own
     positional=("dataset", "out"), settable=(TranscriptionConfig,),
     prefixed=((TEACHER_PREFIX, PrivateTrainingConfig),))

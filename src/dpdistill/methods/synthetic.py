@@ -19,13 +19,16 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.methods.base import Method
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.models.base import Classifier
-from dpdistill.progress import Progress, in_phase
+from dpdistill.progress import Pace, Progress, in_phase
 from dpdistill.reporting.report import save_image_grid
 from dpdistill.training.teacher import TeacherConfig, train_classifier
 
 SYNTHETIC_FILE = "synthetic.npz"
+SYNTHETIC_STATE, CLASSIFIER_STATE = "synthetic", "classifier"  # in a run's resume directory: the synthetic set once
+# drawn, the classifier on it under way
 GRID_PER_CLASS = 10
-CLASSIFIER_PHASE = "classifier"  # a progress display's name for training the classifier on the synthetic set
+SYNTHETIC_PHASE = "synthetic set"  # a progress display's names: drawing the synthetic set, and the classifier
+CLASSIFIER_PHASE = "classifier on the synthetic set"  # trained on it
 EVALUATION_LR, EVALUATION_BATCH = 1e-3, 128  # DataLens' evaluation classifier: Adam's learning rate, batch size
 
 
@@ -34,7 +37,6 @@ class SynthesisMethod(Method):
 
     command = "synthesize"
     config_type: ClassVar[type]  # its settings, with `from_dict` (what --resume reads back)
-    stepped: ClassVar[str]  # what its `steps` train (the progress bar's unit)
 
     @abstractmethod
     def build_config(self, preset: str | None, values: dict[str, Any]) -> Any:
@@ -56,18 +58,19 @@ class StudentSettings:
 
 
 def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, method: str,
-                       settings: StudentSettings, progress: Progress | None = None
+                       settings: StudentSettings, progress: Progress | None = None, state_dir: Path | None = None
                        ) -> tuple[Classifier, dict[str, Any], float]:
     """The student trained on (`images`, `labels`) only, scored on `dataset`'s real test split: the model, the
     report's entries (accuracy, what it was measured on, the synthetic set's shape, the student's curve) and the
-    seconds it took. Its epochs show as the `classifier` phase of `progress` (minutes on 60,000 images)."""
+    seconds it took. Its epochs show as the CLASSIFIER_PHASE of `progress` (minutes on 60,000 images), and its
+    training is resumable from `state_dir` (the run's private resume directory's CLASSIFIER_STATE)."""
     started = time.perf_counter()
     synthetic = dataclasses.replace(dataset, name=f"{dataset.name} ({method} synthetic)", x_train=images,
                                     y_train=labels, ids_train=None)
     student, trained = train_classifier(synthetic, TeacherConfig(
         arch=settings.arch, epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr, min_steps=0,
         seed=settings.seed, device=settings.device), in_phase(progress, CLASSIFIER_PHASE),
-        evaluate_each_epoch=settings.every_epoch)
+        evaluate_each_epoch=settings.every_epoch, state_dir=state_dir)
     report = {"accuracy": {"student": trained["history"][-1]["test_accuracy"]},
               "student_arch": settings.arch,
               "measured_on": f"the whole real test split of {dataset.name} ({len(dataset.y_test)} images)",
@@ -79,14 +82,18 @@ def evaluate_synthetic(dataset: ImageDataset, images: Tensor, labels: Tensor, me
 
 @torch.no_grad()
 def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], Tensor], size: int, num_classes: int,
-                  batch: int = 1024, max_batches: int = 200, draws_per_image: int = 20) -> tuple[Tensor, Tensor]:
+                  batch: int = 1024, max_batches: int = 200, draws_per_image: int = 20,
+                  progress: Progress | None = None) -> tuple[Tensor, Tensor]:
     """`size` images from `generate(n)`, each class given its share (size / classes, the first classes one more
     where it does not divide) of the draws `label` assigns to it. A class the generator rarely draws may end short
-    after `draws_per_image` draws an image (at most `max_batches` batches): the counts say so."""
+    after `draws_per_image` draws an image (at most `max_batches` batches): the counts say so. `progress` hears the
+    images kept so far (60,000 take minutes where a scattering teacher labels them)."""
     shares = [size // num_classes + (label_index < size % num_classes) for label_index in range(num_classes)]
     kept: list[list[Tensor]] = [[] for _ in range(num_classes)]
     counts = [0] * num_classes
+    pace = Pace(in_phase(progress, SYNTHETIC_PHASE, size))
     for _ in range(min(max_batches, math.ceil(draws_per_image * size / batch))):
+        pace.within({"done": sum(counts)})
         if counts == shares:
             break
         images = generate(batch).cpu()
@@ -97,6 +104,7 @@ def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], T
                 chosen = images[labels == class_index][:missing]
                 kept[class_index].append(chosen)
                 counts[class_index] += len(chosen)
+    pace({"done": sum(counts)})
     images = torch.cat([torch.cat(parts) for parts in kept if parts])
     labels = torch.cat([torch.full((count,), class_index) for class_index, count in enumerate(counts)])
     return images, labels

@@ -21,8 +21,9 @@ from dpdistill.evaluation.metrics import predict
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.config import DP_TEACHER_SELECTION, PRESETS, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
-from dpdistill.methods.synthetic import (EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE, StudentSettings,
-                                         balanced_draw, evaluate_synthetic, synthetic_files)
+from dpdistill.methods.synthetic import (CLASSIFIER_STATE, EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE,
+                                         SYNTHETIC_STATE, StudentSettings, balanced_draw, evaluate_synthetic,
+                                         synthetic_files)
 from dpdistill.methods.teachers import (classifier_meta, data_digest, evaluation_set, model_class_names,
                                        read_teacher, teacher_accuracy, teacher_data_set)
 from dpdistill.models.checkpoint import saved_class_names
@@ -30,11 +31,13 @@ from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
 from dpdistill.privacy.selection import selection_notes, with_selection
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve
 from dpdistill.reporting.transcription import transcription_markdown
-from dpdistill.runs import saved_config
+from dpdistill.runs import release_state, saved_config
+from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
+FIDELITY_PHASE = "synthetic set's Fréchet distance"  # the progress display's name for its feature passes
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 DP_TEACHER_COVERS = ("the student, the generator, its latent vectors and the synthetic set (post-processing of the "
                      "teacher's own DP release: nothing else private was read)")
@@ -98,7 +101,8 @@ class TranscriptionJob(Job):
     """The engine planned on a teacher: its release is the plan's every answer."""
 
     def __init__(self, teacher_dir: Path, config: TranscriptionConfig, out_dir: Path, dataset_name: str | None,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, phase: str | None = None) -> None:
+        """`phase`: the engine's loop as a named phase of a longer run (a release's), not the run's own count."""
         self.teacher, self.meta = read_teacher(teacher_dir)
         self.provenance = Provenance.of_meta(self.meta)  # None: a teacher trained without DP
         if isinstance(self.teacher, TeacherEnsemble):  # the mechanism aggregates the members' answers
@@ -110,8 +114,10 @@ class TranscriptionJob(Job):
         self.dataset = (evaluation_set(self.dataset_name, self.in_shape, num_classes, saved_class_names(self.meta))
                         if self.dataset_name else None)
         self.class_names = model_class_names(self.meta, self.dataset)  # the student's: the teacher's classes
+        self.progress, self.out_dir = progress, out_dir
         self.engine = TranscriptionEngine(config, self.teacher, self.in_shape, num_classes, self.dataset,
-                                          out_dir / PRIVATE_DIR, progress)
+                                          out_dir / PRIVATE_DIR,
+                                          progress if phase is None else in_phase(progress, phase, config.iterations))
         self.engine.plan.refuse_near_random()
         self.ledger_dir = teacher_dir
         self.source = self.engine.samples
@@ -151,7 +157,9 @@ class TranscriptionJob(Job):
                                                           data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
                                                             self.dataset_name, self.source is None, self.dataset,
-                                                            self._labeller())
+                                                            self._labeller(), self.progress,
+                                                            release_state(self.out_dir))
+        report["resumed"] = resume  # its wall time is then this process's part only
         if self.source is not None:
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
         if self.provenance is not None:  # a DP release's accuracy on public test images is public
@@ -195,12 +203,14 @@ def inherited_privacy(summary: dict[str, Any], teacher: Provenance) -> dict[str,
 
 def transcription_release(result: TranscriptionResult, config: TranscriptionConfig, in_shape: tuple[int, ...],
                           class_names: Sequence[str], dataset_name: str | None, trained_generator: bool = True,
-                          dataset: ImageDataset | None = None, labeller: tuple[nn.Module, str] | None = None
+                          dataset: ImageDataset | None = None, labeller: tuple[nn.Module, str] | None = None,
+                          progress: Progress | None = None, state_dir: Path | None = None
                           ) -> tuple[dict[str, Any], dict[str, Any], Callable[[Path, dict[str, Any]], None]]:
     """What a finished engine releases, wherever its teacher was: the report's accuracy, timing and history, the
     student (and a trained generator), its synthetic set (`config.synthetic_size` images labelled by `labeller`, a
     model and what it is, where reading it is free; else by the student) measured on `dataset`, and the files beside
-    them."""
+    them. The synthetic set's drawing, its classifier and its fidelity are phases of `progress`; the set, once
+    drawn, and its classifier under way are kept in the run's resume directory `state_dir`."""
     queries = max(result.answered, 1)
     report = {"privacy_mode": config.privacy.mode, "dataset": dataset_name,
               "accuracy": {"student": result.history[-1].get("student_accuracy") if result.history else None},
@@ -213,8 +223,10 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
     synthetic = None
     if config.synthetic_size and trained_generator:
         started = time.perf_counter()
-        synthetic = synthetic_set(result, config, num_classes, labeller or (result.student, "the student"))
-        report["synthetic"], classifier_accuracy = measure_synthetic(*synthetic, num_classes, config, dataset)
+        synthetic = synthetic_set(result, config, num_classes, labeller or (result.student, "the student"),
+                                  progress, state_dir)
+        report["synthetic"], classifier_accuracy = measure_synthetic(*synthetic, num_classes, config, dataset,
+                                                                     progress, state_dir)
         report["accuracy"]["synthetic"] = classifier_accuracy
         report["timing"]["synthetic_seconds"] = time.perf_counter() - started  # drawn, measured
     if trained_generator:
@@ -240,11 +252,17 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
 
 
 def synthetic_set(result: TranscriptionResult, config: TranscriptionConfig, num_classes: int,
-                  labeller: tuple[nn.Module, str]) -> tuple[Tensor, Tensor, str]:
+                  labeller: tuple[nn.Module, str], progress: Progress | None = None, state_dir: Path | None = None
+                  ) -> tuple[Tensor, Tensor, str]:
     """`config.synthetic_size` images from the final generator, classes balanced by the labeller's argmax: its
     images, labels and who labelled them. Fresh latent vectors for a generator trained on fresh ones; for learnt
-    latent vectors (DPSD's), draws from the Gaussian fitted to them."""
+    latent vectors (DPSD's), draws from the Gaussian fitted to them. Kept in `state_dir` once drawn (minutes for
+    60,000 images), where a resumed run finds it."""
     model, labelled_by = labeller
+    kept = None if state_dir is None else state_dir / SYNTHETIC_STATE
+    if kept is not None and (kept / STATE_SKELETON).exists():
+        saved = load_state(kept)
+        return saved["images"], saved["labels"], labelled_by
     device = torch.device(config.device)
     if config.latents == "fresh":
         mean, std = torch.zeros(config.latent_dim), torch.ones(config.latent_dim)
@@ -258,14 +276,18 @@ def synthetic_set(result: TranscriptionResult, config: TranscriptionConfig, num_
         return generator(latents.to(device))
 
     images, labels = balanced_draw(generate, lambda batch: predict(model, batch, device=device),
-                                   config.synthetic_size, num_classes)
+                                   config.synthetic_size, num_classes, progress=progress)
+    if kept is not None:
+        save_state(kept, {"images": images, "labels": labels})
     return images, labels, labelled_by
 
 
 def measure_synthetic(images: Tensor, labels: Tensor, labelled_by: str, num_classes: int,
-                      config: TranscriptionConfig, dataset: ImageDataset | None) -> tuple[dict[str, Any], float | None]:
+                      config: TranscriptionConfig, dataset: ImageDataset | None, progress: Progress | None = None,
+                      state_dir: Path | None = None) -> tuple[dict[str, Any], float | None]:
     """The synthetic set's report entry, and the accuracy on the real test split of a classifier trained on the set
-    alone (DataLens' protocol, final model); without a data set to test on, only what the set is."""
+    alone (DataLens' protocol, final model) and the set's Fréchet distance to that split; without a data set to test
+    on, only what the set is."""
     entry: dict[str, Any] = {"file": SYNTHETIC_FILE, "images": len(labels),
                              "labelled_by": f"the argmax of {labelled_by}",
                              "per_class": torch.bincount(labels, minlength=num_classes).tolist()}
@@ -273,8 +295,9 @@ def measure_synthetic(images: Tensor, labels: Tensor, labelled_by: str, num_clas
         return entry, None
     _, evaluation, seconds = evaluate_synthetic(dataset, images, labels, "transcription", StudentSettings(
         config.synthetic_classifier, config.synthetic_epochs, EVALUATION_LR, EVALUATION_BATCH, config.seed,
-        config.device, every_epoch=False))
+        config.device, every_epoch=False), progress, None if state_dir is None else state_dir / CLASSIFIER_STATE)
     entry.update(classifier=config.synthetic_classifier, classifier_epochs=config.synthetic_epochs,
                  measured_on=evaluation["measured_on"], classifier_seconds=seconds,
-                 fidelity=scattering_frechet(images, dataset.x_test, config.device))
+                 fidelity=scattering_frechet(images, dataset.x_test, config.device,
+                                             in_phase(progress, FIDELITY_PHASE)))
     return entry, evaluation["accuracy"]["student"]

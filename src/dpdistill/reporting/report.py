@@ -258,9 +258,12 @@ def sample_source_rows(privacy: dict[str, Any]) -> list[str]:
 def samples_and_curve(report: dict[str, Any]) -> list[str]:
     """A transcription's samples (the generator's grid, or where a sample source's came from) and its training
     curve (transcription and FedDPSD reports)."""
+    labels = (f"Titles are the synthetic set's labels: {report['synthetic']['labelled_by']}; up to ten images of "
+              f"each class."
+              if "synthetic" in report else "Titles are the student's predicted classes.")
     samples = (["## Samples", "", f"The samples were {report['samples']}."] if "samples" in report else
                ["## Synthetic samples from the private generator", "", "![synthetic samples](samples.png)", "",
-                "Titles are the student's predicted classes."])
+                labels])
     return [*samples, "", "## Training", "", "![training curve](training.png)"]
 
 

@@ -5,9 +5,11 @@ section lives in a reporting module named for its method or family; what several
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from dpdistill.reporting.report import as_written, guarantee, number, percent, sample_source_rows, samples_and_curve
+
+WITH_TEACHER = "with_teacher_seconds"  # a release's timing: its whole run, where one process ran it all
 
 
 def privacy_statement(privacy: dict[str, Any]) -> str:
@@ -33,9 +35,12 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
 
 
 def privacy_mode_words(report: dict[str, Any]) -> str:
-    """A transcription's privacy mode in words: of a DP teacher, what makes it private is the teacher."""
-    mode = f"{report['privacy_mode']} privacy"
-    return f"a DP teacher, {mode}" if "teacher_release" in report["privacy"] else mode
+    """A transcription's privacy mode in words: of a DP teacher, what makes it private is the teacher, read without
+    noise (post-processing) or with noisy answers besides."""
+    mode = report["privacy_mode"]
+    if "teacher_release" not in report["privacy"]:
+        return f"{mode} privacy"
+    return "a DP teacher, read without noise" if mode == "none" else f"a DP teacher, with {mode}-private answers"
 
 
 ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "generator_student_weight",
@@ -46,10 +51,10 @@ ENGINE_KEYS = ("discriminator", "latents", "generator_width", "generator_lr", "g
 
 
 def _engine_lines(config: dict[str, Any]) -> list[str]:
-    """Which options of the data-free loop were on: the generator's teacher, its loss terms, the student's diet."""
-    lines = ["| option | value |", "| --- | --- |"]
-    lines += [f"| {key} | {config[key]} |" for key in ENGINE_KEYS if key in config]
-    return lines
+    """Which options of the data-free loop were on: the generator's teacher, its loss terms, the student's diet
+    (a release's are its transcription's)."""
+    engine = config.get("transcription", config)
+    return ["| option | value |", "| --- | --- |", *(f"| {key} | {engine[key]} |" for key in ENGINE_KEYS)]
 
 
 def _phase_breakdown(phases: dict[str, float]) -> str:
@@ -59,12 +64,13 @@ def _phase_breakdown(phases: dict[str, float]) -> str:
 
 def release_markdown(report: dict[str, Any]) -> str:
     """The report of `dpdistill release`: the DP teacher it trained, then its transcription."""
-    teacher = report["teacher"]
+    teacher, timing = report["teacher"], report["timing"]
+    whole = ([f"| release: wall time (the teacher's run, the transcription, its synthetic set) | "
+              f"{timing[WITH_TEACHER]:.1f} s |"] if WITH_TEACHER in timing else [])
     return transcription_markdown(report, f"# dpdistill release on {report['dataset']}: a DP teacher, transcribed", [
-        f"| DP teacher ({teacher['arch']}, {teacher['path']}): accuracy (real test set) | "
-        f"{percent(teacher['accuracy'])} |",
-        f"| DP teacher: wall time | {teacher['wall_seconds']:.1f} s |",
-        f"| release: wall time (teacher and transcription) | {report['timing']['release_seconds']:.1f} s |"])
+        f"| DP teacher | {teacher['arch']}, its run in {teacher['path']} |",
+        f"| budget (as requested: the DP teacher's) | {number(report['config']['teacher']['epsilon'])} |",
+        f"| DP teacher: wall time of its training loop | {teacher['wall_seconds']:.1f} s |", *whole])
 
 
 def _synthetic_rows(report: dict[str, Any]) -> list[str]:
@@ -77,11 +83,17 @@ def _synthetic_rows(report: dict[str, Any]) -> list[str]:
     if "classifier" in synthetic:
         fidelity = synthetic["fidelity"]
         rows += [f"| a {synthetic['classifier']} classifier trained on the synthetic set alone "
-                 f"({synthetic['classifier_epochs']} epochs, final model): accuracy on {synthetic['measured_on']} | "
+                 f"({synthetic['classifier_epochs']} epoch{'' if synthetic['classifier_epochs'] == 1 else 's'}, final model): accuracy on {synthetic['measured_on']} | "
                  f"{percent(report['accuracy']['synthetic'])} |",
                  f"| synthetic set to the real test split: scattering Fréchet distance (lower is closer; two halves "
                  f"of the test split: {fidelity['real_halves']:.3g}) | {fidelity['synthetic_to_real']:.4g} |"]
     return rows
+
+
+def _known_rows(figures: list[tuple[str, Any, Callable[[Any], str]]]) -> list[str]:
+    """Table rows of the figures that are known, each shown by its format: one that cannot be known (no test data,
+    no RDP figure, no paper formula) is left out rather than shown as n/a."""
+    return [f"| {label} | {shown(value)} |" for label, value, shown in figures if value is not None]
 
 
 def transcription_markdown(report: dict[str, Any], title: str | None = None,
@@ -89,8 +101,20 @@ def transcription_markdown(report: dict[str, Any], title: str | None = None,
     """The human-readable report of a transcription run (`title` and `leading_rows`: another route's around it)."""
     privacy = report["privacy"]
     accuracy = report["accuracy"]
-    teacher = ([f"| teacher accuracy (real test set; public: the teacher is a DP release) | "
-                f"{percent(accuracy['teacher'])} |"] if "teacher" in accuracy else [])
+    scope = privacy.get("accountant") or privacy.get("epsilon_scope")
+    accuracies = _known_rows([
+        ("student accuracy (real test set)", accuracy["student"], percent),
+        ("teacher accuracy (real test set; public: the teacher is a DP release)", accuracy.get("teacher"), percent)])
+    figures = _known_rows([
+        (f"epsilon (sound{f', {scope}' if scope else ''})", privacy.get("epsilon"), number),
+        ("epsilon, replace one example",
+         privacy["epsilon_replace_one"] if privacy.get("relation") == "add-remove" else None, number),
+        ("epsilon (RDP cross-check)", privacy.get("epsilon_rdp"), number),
+        ("delta", privacy.get("delta"), number),
+        (f"budget (as requested, {privacy.get('accounting', 'sound')} accounting)", privacy.get("budget_epsilon"),
+         number),
+        (f"paper_epsilon ({privacy.get('paper_epsilon_label')})", privacy.get("paper_epsilon"), number),
+        ("teacher queries", privacy.get("queries"), number)])
     lines = [
         title or f"# dpdistill report: {report['method'].upper()} ({privacy_mode_words(report)}) on "
                  f"{report['dataset']}",
@@ -99,20 +123,10 @@ def transcription_markdown(report: dict[str, Any], title: str | None = None,
         "",
         "| quantity | value |",
         "| --- | --- |",
-        f"| student accuracy (real test set) | {percent(accuracy['student'])} |",
+        *accuracies,
         *_synthetic_rows(report),
-        *teacher,
         *leading_rows,
-        f"| epsilon (sound, {privacy.get('accountant') or privacy.get('epsilon_scope', 'n/a')}) | "
-        f"{number(privacy.get('epsilon'))} |",
-        *([f"| epsilon, replace one example | {number(privacy['epsilon_replace_one'])} |"]
-          if privacy.get("relation") == "add-remove" else []),
-        f"| epsilon (RDP cross-check) | {number(privacy.get('epsilon_rdp'))} |",
-        f"| delta | {number(privacy.get('delta'))} |",
-        f"| budget (as requested, {privacy.get('accounting', 'sound')} accounting) | "
-        f"{number(privacy.get('budget_epsilon'))} |",
-        f"| paper_epsilon ({privacy.get('paper_epsilon_label', 'n/a')}) | {number(privacy.get('paper_epsilon'))} |",
-        f"| teacher queries | {privacy.get('queries')} |",
+        *figures,
         *sample_source_rows(privacy),
     ]
     for key in ("teachers", "aggregation", "sigma", "beta", "noise_std", "epsilon0", "num_candidates"):
@@ -120,8 +134,10 @@ def transcription_markdown(report: dict[str, Any], title: str | None = None,
             lines.append(f"| {key} | {number(privacy[key])} |")
     timing = report["timing"]
     lines += [
-        f"| wall time | {timing['wall_seconds']:.1f} s |",
-        f"| samples per second | {number(timing.get('samples_per_second'))} |",
+        f"| wall time of the transcription's loop{' (resumed run: this part)' if report.get('resumed') else ''} | "
+        f"{timing['wall_seconds']:.1f} s |",
+        *([f"| samples per second | {number(timing['samples_per_second'])} |"]
+          if timing.get("samples_per_second") is not None else []),
         "",
         *samples_and_curve(report),
         "",

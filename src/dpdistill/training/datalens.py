@@ -47,8 +47,10 @@ from dpdistill.privacy.accounting import (GaussianQuery, PrivacyLedger, calibrat
                                           composed_epsilon_rdp, max_queries)
 from dpdistill.privacy.mechanisms import threshold_votes, thresholded_noisy_votes, top_k_stochastic_signs
 from dpdistill.privacy.randomness import NoiseSource, noise_source
-from dpdistill.progress import Progress
-from dpdistill.training.state import load_state, save_state
+from dpdistill.progress import Progress, in_phase
+from dpdistill.training.state import Checkpoints, load_state, save_state
+
+GENERATOR_STEPS_PHASE = "generator steps"  # the progress display's name for the training loop (teachers' steps in it)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,8 @@ class DataLensConfig:
     student_epochs: int = setting(10, "epochs of the evaluation classifier trained on the synthetic set")
     student_lr: float = setting(1e-3, "the evaluation classifier's Adam learning rate")
     student_batch: int = setting(128, "the evaluation classifier's batch")
-    checkpoint_every: int = setting(200, "generator steps between resumable checkpoints")
+    checkpoint_every: int = setting(200, "generator steps between resumable checkpoints (and one every 30 s at "
+                                         "least)")
     seed: int = setting(0, "initialisation, latents, classes, the quantisation's coin flips; never the noise")
     reproducible_noise: bool = setting(False, "debugging only: the Gaussian noise from the seed, NO guarantee")
     device: str = setting("cpu", "cpu or cuda")
@@ -210,7 +213,7 @@ class DataLensTrainer:
     def __init__(self, config: DataLensConfig, dataset: ImageDataset, plan: DataLensPlan, state_dir: Path,
                  progress: Progress | None = None, noise: NoiseSource | None = None) -> None:
         self.config, self.dataset, self.plan, self.state_dir = config, dataset, plan, state_dir
-        self.progress = progress or (lambda record: None)
+        self.progress = in_phase(progress, GENERATOR_STEPS_PHASE) or (lambda record: None)
         self.noise = noise or noise_source(config.reproducible_noise, config.seed)
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)
@@ -309,6 +312,7 @@ class DataLensTrainer:
             self._restore()
         else:
             self._teacher_steps(self.config.teacher_warmup)
+        checkpoints = Checkpoints(self.config.checkpoint_every)
         while self.step_index < self.plan.steps:
             step_started = time.perf_counter()
             teacher_loss = self._teacher_steps(self.config.discriminator_steps)
@@ -323,8 +327,8 @@ class DataLensTrainer:
                 self.teacher_history.append({"step": self.step_index, "teacher_loss": generator_loss,
                                              "discriminator_loss": teacher_loss / self.config.discriminator_steps})
             self.progress({**record, "total": self.plan.steps, "seconds": time.perf_counter() - step_started})
-            if self.step_index % self.config.checkpoint_every == 0 and self.step_index < self.plan.steps:
-                self._checkpoint()
+            # the last step too: a run interrupted while its classifier trains does not train the generator again
+            checkpoints(self.step_index, self._checkpoint, final=self.step_index == self.plan.steps)
         self.generator.eval()
         return DataLensResult(self.generator, self.history, self.teacher_history, time.perf_counter() - started,
                               timing)

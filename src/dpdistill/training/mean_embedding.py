@@ -35,13 +35,14 @@ from dpdistill.models.features import frozen_features
 from dpdistill.models.scattering import scattering_features
 from dpdistill.privacy.accounting import GaussianQuery, calibrate, composed_epsilon, composed_epsilon_rdp
 from dpdistill.privacy.randomness import NoiseSource
-from dpdistill.progress import Progress
-from dpdistill.training.state import STATE_SKELETON, load_state, save_state
+from dpdistill.progress import Progress, in_phase
+from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 
 EMBEDDING_PARTS = ("scattering", "scattering-rff", "pixel-rff")
 SENSITIVITY = 2.0  # L2, replace-one: see the module docstring
 SUM_BATCH = 2000  # private images embedded at once
-SUMS_PHASE = "class sums"  # a progress display's name for embedding the private images
+SUMS_PHASE, FIT_PHASE = "class sums", "image fitting"  # the progress display's names: embedding the private
+# images (their scattering coefficients first) and summing them, then fitting the synthetic images
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class MeanEmbeddingConfig:
     student_epochs: int = 30
     student_lr: float = 1e-3
     student_batch: int = 128
-    checkpoint_every: int = 100  # optimiser steps between resumable checkpoints
+    checkpoint_every: int = 100  # optimiser steps between resumable checkpoints (and one every 30 s at least)
     seed: int = 0  # random features, initial images and batches; never the Gaussian noise
     reproducible_noise: bool = False  # debugging only: the Gaussian noise from the seed, NO guarantee
     device: str = "cpu"
@@ -206,7 +207,8 @@ class MeanEmbeddingSynthesizer:
         """The noisy class-wise sums of phi (num_classes, dim): the run's only read of the private data."""
         dataset, device = self.dataset, self.device
         coefficients = (frozen_features(self.embedding.scattering, dataset.x_train, device, fixed=True,
-                                        progress=self.progress) if self.embedding.uses_scattering else None)
+                                        progress=in_phase(self.progress, SUMS_PHASE))
+                        if self.embedding.uses_scattering else None)
         sums = torch.zeros(dataset.num_classes, self.embedding.dim, device=device)
         with torch.no_grad():
             for start in range(0, len(dataset.y_train), SUM_BATCH):
@@ -239,16 +241,16 @@ class MeanEmbeddingSynthesizer:
             self._save(noisy_sums, step, history)
         release_seconds = time.perf_counter() - started
         targets = self.targets(noisy_sums)
-        config = self.config
+        config, checkpoints = self.config, Checkpoints(self.config.checkpoint_every)
         while step < config.steps:
             loss = self._step(targets)
             step += 1
             if step % max(1, config.steps // 20) == 0 or step == config.steps:
                 history.append({"step": step, "distance": loss})
-            if step % config.checkpoint_every == 0 and step < config.steps:
-                self._save(noisy_sums, step, history)
+            # the last step too: a run interrupted while its classifier trains does not fit the images again
+            checkpoints(step, lambda: self._save(noisy_sums, step, history), final=step == config.steps)
             if self.progress:
-                self.progress({"step": step, "distance": loss})
+                self.progress({"phase": FIT_PHASE, "step": step, "total": config.steps, "distance": loss})
         images = torch.tanh(self.raw.detach()).cpu()
         return MeanEmbeddingResult(images, self.labels.clone(), history, time.perf_counter() - started,
                                    release_seconds)

@@ -41,6 +41,7 @@ import time
 import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -65,9 +66,9 @@ from dpdistill.errors import BudgetExceededError, CheckpointError, ConfigError, 
 from dpdistill.evaluation.metrics import confusion_counts, predict, share_correct
 from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import dataset_help, setting
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
-from dpdistill.training.state import load_state, save_state
+from dpdistill.training.state import Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
 from dpdistill.models.features import frozen_features
 from dpdistill.models.registry import build_classifier, has_fixed_backbone
@@ -419,7 +420,9 @@ def poisson_loader(dataset: TensorDataset, plan: PrivatePlan, noise: NoiseSource
                                       sample_empty_shapes=[(0, *tensor.shape[1:]) for tensor in dataset.tensors],
                                       dtypes=[tensor.dtype for tensor in dataset.tensors])
     sampler = PoissonBatchSampler(len(dataset), plan.sample_rate, plan.steps_per_epoch, noise)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+    # each pass draws a seed for workers (none here) from its own generator, not from torch's global stream: a run
+    # resumed within an epoch then continues that stream (dropout) as the uninterrupted run does
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator())
 
 
 class _NoiseFromSource:
@@ -517,11 +520,13 @@ class PrivateTrainingResult:
 
 class PrivateTrainer:
     """The loop both baselines share: Poisson-sampled batches, one ledger charge per step (the run stops before a
-    step beyond the plan), test accuracy and a resumable checkpoint after every epoch.
+    step beyond the plan), test accuracy and a resumable checkpoint after every epoch, and within an epoch at least
+    every CHECKPOINT_SECONDS (training/state.py).
 
     Privacy draws come from `self.noise` alone. A resumed secure run draws fresh noise and fresh batches for the
-    steps after the last epoch checkpoint: the interrupted run released nothing after it (the ledger resumes from
-    the checkpoint's count, and the weights those steps produced were never saved), so no noise is reused.
+    steps after the last checkpoint (the rest of its epoch, then the next ones): the interrupted run released
+    nothing after it (the ledger resumes from the checkpoint's count, and the weights those steps produced were
+    never saved), so no noise is reused, and every step is an independent Poisson sample, as the accounting has it.
     """
 
     def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
@@ -562,6 +567,7 @@ class PrivateTrainer:
         self.epoch = 0
         self.history: list[dict] = []
         self.train_loss: list[float] = []  # per epoch, on the private data: a private figure
+        self.epoch_loss: list[float] = [0.0, 0]  # the epoch under way's summed loss and examples (private too)
 
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
         return model, []
@@ -585,22 +591,27 @@ class PrivateTrainer:
     def run(self, resume: bool = False) -> PrivateTrainingResult:
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
-        started, predicted = time.perf_counter(), None
+        started, predicted, per_epoch = time.perf_counter(), None, self.plan.steps_per_epoch
+        pace = Pace(self.progress)  # an epoch of a large student takes minutes: how far into it the run is
+        checkpoints = Checkpoints()  # ... and is saved within it on time (each epoch's end is saved below)
         while self.epoch < self.config.epochs:
             self._train_mode()
-            loss_sum, seen = 0.0, 0
-            for inputs, labels in self.loader:
+            done = self.ledger.answered - self.epoch * per_epoch  # this epoch's steps before an interruption
+            for step, (inputs, labels) in enumerate(islice(self.loader, per_epoch - done), start=done + 1):
+                pace.within({"epoch": round(self.epoch + (step - 1) / per_epoch, 2)})
                 self.ledger.charge(1)
-                loss_sum += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
-                seen += len(labels)
+                self.epoch_loss[0] += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
+                self.epoch_loss[1] += len(labels)
+                if step < per_epoch:
+                    checkpoints(step, lambda: save_state(self.work_dir / "resume", self._state()))
             self.epoch += 1
-            self.train_loss.append(loss_sum / max(seen, 1))
+            self.train_loss.append(self.epoch_loss[0] / max(self.epoch_loss[1], 1))
+            self.epoch_loss = [0.0, 0]
             predicted = self._predictions()
             self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
                                  "test_accuracy": share_correct(predicted, self.y_eval)})
             save_state(self.work_dir / "resume", self._state())
-            if self.progress:
-                self.progress(self.history[-1])
+            pace(self.history[-1])
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
         if predicted is None:  # resumed after its last epoch
@@ -641,11 +652,12 @@ class PrivateTrainer:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "noise": self.noise.state(), "torch_rng": torch.get_rng_state(), "history": self.history,
-                "train_loss": self.train_loss}
+                "train_loss": self.train_loss, "epoch_loss": self.epoch_loss}
 
     def _restore(self, state: dict[str, Any]) -> None:
-        """Continue after the last finished epoch: same weights, optimizer and spent steps; the same noise stream
-        only in reproducible mode (a secure source has no state and draws afresh)."""
+        """Continue after the last checkpoint (an epoch's end, or a step within one): same weights, optimizer and
+        spent steps; the same noise stream only in reproducible mode (a secure source has no state and draws
+        afresh)."""
         if "noise" not in state:
             raise CheckpointError("the interrupted run drew its noise from seeded generators (no guarantee): start "
                                   "a new run")
@@ -657,7 +669,7 @@ class PrivateTrainer:
         self.noise.restore(state["noise"])
         torch.set_rng_state(state["torch_rng"])
         self.epoch, self.ledger.answered, self.history = state["epoch"], state["steps"], state["history"]
-        self.train_loss = state["train_loss"]
+        self.train_loss, self.epoch_loss = state["train_loss"], state.get("epoch_loss", [0.0, 0])
 
 
 class DPSGDTrainer(PrivateTrainer):

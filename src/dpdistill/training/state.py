@@ -8,8 +8,9 @@ safetensors file under a path-like name, and a JSON skeleton records where it wa
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
@@ -20,6 +21,31 @@ from dpdistill.errors import CheckpointError
 
 STATE_TENSORS = "state.safetensors"
 STATE_SKELETON = "state.json"
+CHECKPOINT_SECONDS = 30.0  # at most between two checkpoints of a resumable loop: an interrupt loses under a minute
+SAVE_SHARE = 0.1  # at most this share of a run's time goes to saving: a large state (DataLens' 2 GB of teachers)
+# is saved less often than every CHECKPOINT_SECONDS
+
+
+class Checkpoints:
+    """When a resumable loop saves its state: after every `every` steps where a run sets a count, and whenever
+    CHECKPOINT_SECONDS have passed since the last save, so that an interrupt loses under a minute of work however
+    long a step takes on the machine at hand (a step count alone cannot promise that). A state that takes long to
+    write waits for its save to cost at most SAVE_SHARE of the time."""
+
+    def __init__(self, every: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.last, self.cost = clock(), 0.0  # when the last save ended, and how long it took
+
+    def __call__(self, step: int, save: Callable[[], None], final: bool = False) -> None:
+        """`save()` after `step` (counted from 1) where it is due, or where the loop's last step (`final`) leaves
+        a long phase after it that a resumed run should not redo the loop for."""
+        waited = self.clock() - self.last
+        if final or (self.every is not None and step % self.every == 0) or \
+                waited >= max(CHECKPOINT_SECONDS, self.cost / SAVE_SHARE):
+            began = self.clock()
+            save()
+            self.last = self.clock()
+            self.cost = self.last - began
 
 
 def _flatten(value: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:

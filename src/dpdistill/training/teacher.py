@@ -17,7 +17,8 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
-from dpdistill.progress import Progress
+from dpdistill.progress import Pace, Progress
+from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 
 
 SCATTER_INIT = "scatter"  # --init value: heads on the fixed scattering transform, no encoder and no public images
@@ -163,14 +164,15 @@ def load_encoder(directory: Path, arch: str, in_shape: tuple[int, ...], num_clas
     return encoder
 
 
-WITHIN_EPOCH_SECONDS = 5.0  # a record within an epoch at least this often: a large data set's epoch takes minutes
-
-
 def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Progress | None = None,
-                     evaluate_each_epoch: bool = True, targets: Tensor | None = None) -> tuple[Classifier, dict]:
+                     evaluate_each_epoch: bool = True, targets: Tensor | None = None,
+                     state_dir: Path | None = None) -> tuple[Classifier, dict]:
     """Train `config.arch` on the training split (Adam, cosine learning-rate decay); report test accuracy per epoch
     (or, without `evaluate_each_epoch`, after the last one only: an ensemble's many small members). `targets`
-    (N, classes), class probabilities, replace the training labels where soft targets are known."""
+    (N, classes), class probabilities, replace the training labels where soft targets are known. With
+    `state_dir`, the training is saved there at least every CHECKPOINT_SECONDS, between two batches, and continues
+    from there when it was stopped: the model it would have trained without a stop (epochs on 60,000 images take
+    minutes)."""
     expected = (len(dataset.y_train), dataset.num_classes)
     if targets is not None and tuple(targets.shape) != expected:
         raise ConfigError(f"soft targets must be (training images, classes) = {expected}, got "
@@ -183,16 +185,23 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Pro
                                                   epochs * steps_per_epoch, config.seed, device, config.init)
     order_generator = torch.Generator().manual_seed(config.seed)
     started = time.perf_counter()
-    history = []
-    shown = started  # when the last record went out: a long epoch reports how far into it the run is
-    for epoch in range(1, epochs + 1):
+    epoch, first, total_loss, history = 1, 0, 0.0, []
+    if state_dir is not None and (state_dir / STATE_SKELETON).exists():
+        saved = load_state(state_dir)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        order_generator.set_state(saved["order"])
+        torch.set_rng_state(saved["torch_rng"])
+        epoch, first, total_loss, history = saved["epoch"], saved["batch"], saved["loss"], saved["history"]
+    pace = Pace(progress)  # a long epoch (60,000 images) reports how far into it the run is
+    checkpoints = Checkpoints()
+    while epoch <= epochs:
         model.train()
+        epoch_order = order_generator.get_state()  # what a resumed run draws this epoch's order from again
         order = torch.randperm(len(dataset.x_train), generator=order_generator)
-        total_loss = 0.0
-        for start in range(0, len(order), config.batch_size):
-            if progress and time.perf_counter() - shown > WITHIN_EPOCH_SECONDS:
-                shown = time.perf_counter()
-                progress({"epoch": round(epoch - 1 + start / len(order), 2), "total": epochs})
+        for start in range(first, len(order), config.batch_size):
+            pace.within({"epoch": round(epoch - 1 + start / len(order), 2), "total": epochs})
             index = order[start:start + config.batch_size]
             images = dataset.x_train[index].to(device)
             if config.augment_shift:
@@ -203,13 +212,17 @@ def train_classifier(dataset: ImageDataset, config: TeacherConfig, progress: Pro
             optimizer.step()
             schedule.step()
             total_loss += loss.item() * len(index)
+            if state_dir is not None:
+                checkpoints(start, lambda: save_state(state_dir, {
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(), "order": epoch_order, "torch_rng": torch.get_rng_state(),
+                    "epoch": epoch, "batch": start + config.batch_size, "loss": total_loss, "history": history}))
         record = {"epoch": epoch, "train_loss": total_loss / len(order)}
         if evaluate_each_epoch or epoch == epochs:
             record["test_accuracy"] = accuracy(model, dataset.x_test, dataset.y_test, device=device)
         history.append(record)
-        if progress:
-            shown = time.perf_counter()
-            progress({**record, "total": epochs})
+        pace({**record, "total": epochs})
+        epoch, first, total_loss = epoch + 1, 0, 0.0
     report = {"test_accuracy": history[-1]["test_accuracy"], "history": history,
               "wall_seconds": time.perf_counter() - started}
     return model.eval(), report

@@ -1,0 +1,62 @@
+"""`dpdistill release` as a run a user can follow: each phase named, with its own count."""
+
+from pathlib import Path
+
+import pytest
+
+from dpdistill.methods.release import TEACHER_PHASE, TRANSCRIPTION_PHASE, build_release_config, run_release
+from dpdistill.methods.synthetic import CLASSIFIER_PHASE, SYNTHETIC_PHASE
+from dpdistill.methods.transcription import FIDELITY_PHASE
+from dpdistill.reporting.transcription import WITH_TEACHER
+
+SMALL = {"batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4), "eval_every": 2,
+         "iterations": 2, "synthetic_epochs": 1}
+
+
+@pytest.mark.slow
+def test_every_record_of_a_release_names_its_phase_and_each_phase_counts_to_its_own_total(tmp_path: Path):
+    records: list[dict] = []
+    config = build_release_config("digits", 2.0, synthetic_size=100, teacher_options={"epochs": 3},
+                                  transcription_options=SMALL)
+    report = run_release(config, tmp_path, progress=records.append)
+    phases = list(dict.fromkeys(record.get("phase") for record in records))
+    main = [phase for phase in phases if ": " not in phase]  # nested passes: "DP teacher (DP-SGD): features"
+    assert main == [TEACHER_PHASE, TRANSCRIPTION_PHASE, SYNTHETIC_PHASE, CLASSIFIER_PHASE]
+    assert set(phases) - set(main) <= {f"{TEACHER_PHASE}: features", f"{FIDELITY_PHASE}: features"}
+    assert f"{FIDELITY_PHASE}: features" in phases  # the feature passes after the classifier are not a silence
+    totals = {phase: {record.get("total") for record in records if record["phase"] == phase} for phase in main}
+    assert totals == {TEACHER_PHASE: {3}, TRANSCRIPTION_PHASE: {2}, SYNTHETIC_PHASE: {100}, CLASSIFIER_PHASE: {1}}
+    drawn = [record["done"] for record in records if record["phase"] == SYNTHETIC_PHASE]
+    assert drawn[0] == 0 and drawn[-1] == report["synthetic"]["images"]  # a class the generator misses ends short
+    markdown = (tmp_path / "report.md").read_text()
+    engine = markdown.split("## Data-free engine")[1].split("##")[0]
+    assert "| discriminator | student |" in engine and "| replay_size | 256 |" in engine  # its transcription's
+    assert "n/a" not in markdown and "none privacy" not in markdown  # a figure it cannot know is left out
+    assert "Titles are the synthetic set's labels: the argmax of the teacher" in markdown
+    assert "| budget (as requested: the DP teacher's) | 2 |" in markdown
+    assert report["timing"][WITH_TEACHER] > report["timing"]["wall_seconds"] and report["resumed"] is False
+
+
+@pytest.mark.slow
+def test_a_release_stopped_in_its_last_phase_resumes_there(tmp_path: Path, monkeypatch):
+    """Stopped while the classifier on its synthetic set trains (saved after every batch here): the resumed
+    release neither transcribes nor draws its synthetic set again, and its classifier continues."""
+    from dpdistill.training import state
+
+    monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
+    config = build_release_config("digits", 2.0, synthetic_size=300, teacher_options={"epochs": 3},
+                                  transcription_options={**SMALL, "synthetic_epochs": 2})
+
+    def stop_after_the_first_epoch(record: dict) -> None:
+        if record.get("phase") == CLASSIFIER_PHASE and record["epoch"] == 1 and "train_loss" in record:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_release(config, tmp_path, progress=stop_after_the_first_epoch)
+    records: list[dict] = []
+    report = run_release(None, tmp_path, resume=True, progress=records.append)
+    assert {record["phase"] for record in records} == {CLASSIFIER_PHASE, f"{FIDELITY_PHASE}: features"}
+    assert min(record["epoch"] for record in records if record["phase"] == CLASSIFIER_PHASE) == 1
+    assert len(report["synthetic"]["per_class"]) == 10 and (tmp_path / "synthetic.npz").exists()
+    assert WITH_TEACHER not in report["timing"] and report["resumed"]  # a whole time no report holds
