@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from dpdistill.errors import ConfigError
 from dpdistill.models.ensemble import ENSEMBLE_FILE, PARTITION_KEY_FILE
-from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE
+from dpdistill.privacy.ledger import LEDGER_FILE, LOCK_FILE, OWN, ReleaseLedger
 from dpdistill.reporting.report import PRIVATE_DIR, write_json
 
 CONFIG_FILE = "config.json"
@@ -27,6 +27,7 @@ ENSEMBLE_STATE = "resume"  # an ensemble's resumable state, beside its members (
 RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|answers\.png|confusion\.png|scores\.png|inversion\.png|route|teacher|"
                          r"(latents|answers)\.safetensors|synthetic\.npz|(model|student|generator|encoder|heads)\.(safetensors|json)|"
                          rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
+                         rf"{re.escape(LEDGER_FILE)}|{re.escape(LOCK_FILE)}|"
                          r"member-\d{3,})(\.tmp)?")
 
 
@@ -109,8 +110,9 @@ def claim_out_dir(out_dir: Path, resume: bool, overwrite: bool, resumable: bool,
 
 def check_removable(out_dir: Path, names: list[str]) -> None:
     """Refuse to replace a folder that holds anything a dpdistill run does not write, or a teacher's release ledger
-    (the only record of what its releases spent)."""
-    if LEDGER_FILE in names or LOCK_FILE in names:
+    that records releases made from it (the only record of what they spent; a DP run's ledger that holds only the
+    release its model is goes with the model)."""
+    if (LEDGER_FILE in names or LOCK_FILE in names) and not holds_only_its_own_release(out_dir):
         raise ConfigError(f"--out {out_dir} holds the release ledger of the teacher there ({LEDGER_FILE}): it is the "
                           f"only record of what its releases spent, so --overwrite will not replace that teacher; "
                           f"choose another --out")
@@ -119,6 +121,13 @@ def check_removable(out_dir: Path, names: list[str]) -> None:
         raise ConfigError(f"--out {out_dir} holds files a dpdistill run does not write ({', '.join(foreign[:5])}"
                           f"{', ...' if len(foreign) > 5 else ''}): --overwrite removes only a run's outputs; choose "
                           f"another --out")
+
+
+def holds_only_its_own_release(directory: Path) -> bool:
+    """Whether the release ledger in `directory` records nothing but the release the model there is (no total set,
+    no release made from the model)."""
+    state = ReleaseLedger(directory).read()
+    return state.total is None and all(entry.status == OWN for entry in state.entries)
 
 
 def remove_run_outputs(out_dir: Path, names: list[str]) -> None:

@@ -174,9 +174,11 @@ def test_a_dp_provenance_pasted_onto_a_teacher_trained_without_dp_is_refused(
             meta.pop(DATA_DIGEST)
 
     describe(teacher, paste)
+    before = (teacher / LEDGER_FILE).read_text() if (teacher / LEDGER_FILE).exists() else None
     with pytest.raises(CheckpointError, match=refusal):
         transcribe(teacher, build_config(None, SMALL, {"mode": "none"}, dp_teacher=True), tmp_path / "run")
-    assert not (tmp_path / "run").exists() and not (teacher / LEDGER_FILE).exists()
+    after = (teacher / LEDGER_FILE).read_text() if (teacher / LEDGER_FILE).exists() else None
+    assert not (tmp_path / "run").exists() and after == before  # nothing recorded
 
 
 def test_weights_swapped_under_a_dp_provenance_are_refused(dp_teacher: Path):
