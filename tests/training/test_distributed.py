@@ -110,9 +110,19 @@ TWO_PROCESSES = {"dataset": "digits", "student_arch": "scatter-linear", "epsilon
                  "epochs": 5, "processes": 2}
 
 
+def _stop_after_the_first_epoch(record: dict) -> None:
+    if record.get("epoch") == 1:
+        raise KeyboardInterrupt
+
+
 @pytest.mark.slow
 def test_two_processes_learn_as_one_does_with_the_epsilon_of_their_saved_plan(tmp_path: Path):
-    report = train_private(PrivateTrainingConfig(**TWO_PROCESSES), tmp_path)
+    """Interrupted after its first epoch (rank 0's checkpoint) and resumed, as a user would."""
+    with pytest.raises(KeyboardInterrupt):
+        train_private(PrivateTrainingConfig(**TWO_PROCESSES), tmp_path, progress=_stop_after_the_first_epoch)
+    assert (tmp_path / "private" / "resume").exists() and not (tmp_path / "report.json").exists()
+    report = train_private(None, tmp_path, resume=True)
+    assert [record["epoch"] for record in report["history"]] == [1, 2, 3, 4, 5]
     assert report["accuracy"]["student"] == pytest.approx(0.932, abs=0.03)  # one process's mean, 4 of its stds
     assert report["timing"]["processes"] == 2
     assert "| processes (each its share of the examples, the same privacy) | 2 |" in (tmp_path / "report.md").read_text()
@@ -128,6 +138,7 @@ def test_two_processes_learn_as_one_does_with_the_epsilon_of_their_saved_plan(tm
     accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     step = dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(privacy["noise_multiplier"]))
     accountant.compose(step, privacy["steps"])
+    assert privacy["steps"] == privacy["planned_steps"]
     epsilon = accountant.get_epsilon(config["delta"])
     assert privacy["epsilon"] == pytest.approx(epsilon, abs=2e-3) and epsilon <= config["epsilon"] + 1e-3
     single = plan_private_training(PrivateTrainingConfig(**{**TWO_PROCESSES, "processes": 1}), DIGITS_TRAIN)
