@@ -66,12 +66,12 @@ def declared(name: str, result: Callable[[Path, dict[str, Any]], Result]) -> Cal
     docstring are the command's options; `result` makes what it returns from the output directory and report."""
     spec = DECLARED[name].spec()
 
-    def call(*args: Any, progress: Progress | bool = False, **given: Any) -> Result:
+    def call(*args: Any, progress: Progress | bool = False, **given: Any) -> Result | None:
         values = spec.values({**dict(zip(spec.positional, args)), **given})
         config = spec.configure(values)
         with shown(progress, spec.name) as shown_to:
             report = spec.run(values, config, shown_to)
-        return result(Path(values["out"]), report)
+        return None if report is None else result(Path(values["out"]), report)  # None: torchrun's other ranks
 
     call.__signature__, call.__doc__ = spec.api_signature(), spec.api_doc()
     call.__name__ = call.__qualname__ = api_name(name)

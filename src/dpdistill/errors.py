@@ -23,3 +23,7 @@ class BudgetExceededError(DpDistillError):
 
 class ConfigError(DpDistillError):
     """A configuration value is invalid."""
+
+
+class DistributedError(DpDistillError):
+    """A process of a run on several processes failed (every other process of the run is then stopped)."""

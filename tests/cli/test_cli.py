@@ -306,6 +306,13 @@ def test_an_error_stays_on_one_line_whatever_the_path_length_and_terminal_width(
     assert str(out) in errors[0] and errors[0].endswith("which is a file: give a directory")
 
 
+def test_an_error_prints_its_brackets_as_written(tmp_path: Path):
+    (tmp_path / "file").write_text("mine")
+    out = tmp_path / "file" / "[" / "x] [bold]"  # "[/x]" and "[bold]" read as markup would fail or vanish
+    result = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--out", out)
+    assert result.exit_code == 2 and f"error: --out {out} " in result.output.replace("\n", "")
+
+
 @pytest.mark.slow
 def test_runs_leave_no_lock_behind(tmp_path: Path):
     refused = invoke("train-private", "--dataset", "digits", "--epsilon", "1", "--resume", "--out", tmp_path)

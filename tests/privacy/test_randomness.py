@@ -34,6 +34,17 @@ def test_reproducible_noise_repeats_from_its_seed_and_resumes_from_its_state():
     assert torch.equal(source.discrete_gaussian((5,), 3.0), expected[1])
 
 
+def test_each_process_of_a_reproducible_run_draws_its_own_stream():
+    """Stream 0 is the single process's (runs repeat as before); the others' words and small integers differ."""
+    assert np.array_equal(ReproducibleNoise(7, 0).bits(8), np.random.Generator(np.random.PCG64(7)).integers(
+        0, 2**64, size=8, dtype=np.uint64, endpoint=False))
+    streams = [noise_source(True, 7, stream) for stream in range(3)]
+    words = [tuple(source.bits(8)) for source in streams]
+    integers = [tuple(source.randbelow(2**40) for _ in range(4)) for source in streams]
+    assert len(set(words)) == len(set(integers)) == 3
+    assert tuple(noise_source(True, 7, 2).bits(8)) == words[2]  # and each repeats
+
+
 def test_a_secure_run_cannot_continue_as_a_reproducible_one():
     with pytest.raises(PrivacyParameterError, match="secure noise"):
         ReproducibleNoise(0).restore(None)

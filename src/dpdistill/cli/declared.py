@@ -54,7 +54,8 @@ def command_from(spec: CommandSpec) -> click.Command:
         total, description = spec.progress_of(values, config)
         with progress_display(total, description) as update:
             report = spec.run(values, config, update)
-        print_summary(report, Path(values["out"]))
+        if report is not None:  # None: a process of a run under torchrun other than rank 0, which reports
+            print_summary(report, Path(values["out"]))
 
     run.__signature__ = spec.signature()
     run.__annotations__ = {option.name: option.annotation for option in spec.options}

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpdistill.errors import DpDistillError
@@ -57,7 +58,9 @@ def warn(message: str) -> None:
 
 
 def _one_line(message: str) -> str:
-    return " ".join(message.splitlines())
+    """`message` on one line, printed as written: a bracket in it (a path, a library's "[file.cc:553]") is no
+    markup."""
+    return escape(" ".join(message.splitlines()))
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:

@@ -8,20 +8,24 @@ For each of `epochs` x steps-per-epoch steps:
    composes the Poisson-subsampled Gaussian over the steps.
 4. Learn: Adam or SGD on the noisy sum (post-processing).
 Every update is a noisy release, so the released student is covered (add/remove one example, or replace-one).
+On several processes (`processes`, training/distributed.py) the same steps run data-parallel: each process samples
+and clips its share of the examples, rank 0 adds the noise once, the privacy is the single process's.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from dpdistill.methods.base import Source
 from dpdistill.methods.dpdfd_direct import DPDFDDirect
 from dpdistill.methods.lifecycle import execute
-from dpdistill.methods.private_training import PrivateTrainingMethod
+from dpdistill.methods.private_training import PrivateTrainingMethod, follow_plan
 from dpdistill.options import AuditRoute, OVERWRITE_OPTION, CommandSpec, field_options, out_option, resume_option
 from dpdistill.progress import Progress
 from dpdistill.runs import saved_config
+from dpdistill.training.distributed import Group, on_processes
 from dpdistill.training.private import PrivateTrainingConfig
 
 
@@ -45,12 +49,26 @@ def _configure(values: dict[str, Any]) -> PrivateTrainingConfig | None:
 
 
 def train_private(config: PrivateTrainingConfig | None, out_dir: Path, resume: bool = False,
-                  progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any]:
+                  progress: Progress | None = None, overwrite: bool = False) -> dict[str, Any] | None:
     """Train the student on the private data directly (DP-SGD or DPDFD's direct mode): the baseline transcription
-    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch."""
+    is compared to. With `resume`, the configuration saved in `out_dir` continues from its last finished epoch. On
+    several processes, rank 0 runs the lifecycle and returns the report; under torchrun the other ranks return
+    None."""
     saved = saved_config(out_dir) if resume and out_dir.is_dir() else None
-    name = (saved or {}).get("method") or (config.method if config is not None else "dpsgd")
-    return execute(PRIVATE_TRAINERS[name], Source(), None if resume else config, out_dir, resume, overwrite, progress)
+    settings = saved or (config.to_dict() if config is not None else {})
+    name = settings.get("method") or "dpsgd"
+    return on_processes(settings.get("processes", 1), settings.get("device", "cpu"),
+                        partial(_train_on_rank, name, None if resume else config, out_dir, resume, overwrite),
+                        progress)
+
+
+def _train_on_rank(name: str, config: PrivateTrainingConfig | None, out_dir: Path, resume: bool, overwrite: bool,
+                   progress: Progress | None) -> dict[str, Any] | None:
+    """One process's part: rank 0 (or the only process) runs the method's lifecycle, the others follow its plan."""
+    if Group.current().leads:
+        return execute(PRIVATE_TRAINERS[name], Source(), config, out_dir, resume, overwrite, progress)
+    follow_plan(out_dir)
+    return None
 
 
 COMMAND = CommandSpec(
@@ -61,7 +79,8 @@ COMMAND = CommandSpec(
              *field_options(PrivateTrainingConfig, (
                  "method", "epsilon", "delta", "sigma", "max_grad_norm", "beta", "target_step", "student_arch",
                  "epochs", "batch_size", "lr", "optimizer", "momentum", "student_init", "train_layers", "public",
-                 "public_size", "dataset_size", "count_share", "relation", "seed", "reproducible_noise", "device")),
+                 "public_size", "dataset_size", "count_share", "relation", "seed", "reproducible_noise", "device",
+                 "processes")),
              resume_option("continue the interrupted run in --out with its saved settings (other options are then "
                            "ignored)"), OVERWRITE_OPTION),
     configure=_configure,

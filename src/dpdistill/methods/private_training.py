@@ -5,6 +5,7 @@ dpdfd_direct.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,8 +20,10 @@ from dpdistill.reporting.private_training import private_training_markdown
 from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.reporting.report import save_accuracy_curve
-from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, plan_private_training, public_train_size,
-                                       training_selection_notes, with_public_size)
+from dpdistill.errors import ConfigError
+from dpdistill.training.distributed import Group
+from dpdistill.training.private import (TRAINERS, PrivatePlan, PrivateTrainingConfig, plan_private_training,
+                                       public_train_size, training_selection_notes, with_public_size)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -67,6 +70,7 @@ class PrivateTrainingJob(Job):
         started = time.perf_counter()
         self.private_plan = plan_private_training(config, train_size)
         self.planning_seconds = time.perf_counter() - started
+        share_plan(config, self.private_plan)
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)
         self.uncovered = reproducible_noise_read(config.reproducible_noise) + (
@@ -91,7 +95,8 @@ class PrivateTrainingJob(Job):
                   "data": {key: value for key, value in dataset.describe().items() if key != "n_train"},
                   "accuracy": {"student": result.history[-1]["test_accuracy"]},
                   "measured_on": self.trainer.measured_on,
-                  "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds},
+                  "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds,
+                             "processes": config.processes},
                   "history": result.history,
                   "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
                             for fix in result.fixes]}
@@ -104,3 +109,24 @@ class PrivateTrainingJob(Job):
             private_record=lambda: result.private_figures, confusion=result.confusion,
             write_files=lambda out_dir, written: save_accuracy_curve(written["history"], "epoch",
                                                                      out_dir / TRAINING_FIGURE))
+
+
+def share_plan(config: PrivateTrainingConfig, plan: PrivatePlan) -> None:
+    """On several processes (training/distributed.py), rank 0 tells the others what runs: the settings and the
+    plan it made, the one the accountant composes."""
+    group = Group.current()
+    if group.size == 1:
+        return
+    if config.processes != group.size:
+        raise ConfigError(f"the run is planned for --processes {config.processes} and {group.size} processes were "
+                          f"started (torchrun's processes per node times its nodes): give the same number")
+    group.broadcast_json({"config": config.to_dict(), "plan": dataclasses.asdict(plan)})
+
+
+def follow_plan(out_dir: Path) -> None:
+    """A process of a run other than rank 0: its share of the training, on the plan rank 0 shares. It writes
+    nothing (rank 0 writes the run into `out_dir`)."""
+    shared = Group.current().broadcast_json()
+    config = PrivateTrainingConfig.from_dict(shared["config"])
+    TRAINERS[config.method](config, load_dataset(config.dataset), PrivatePlan.from_dict(shared["plan"]),
+                            out_dir / PRIVATE_DIR).run()

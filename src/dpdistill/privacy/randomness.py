@@ -210,9 +210,12 @@ class ReproducibleNoise(NoiseSource):
     reproducible = True
     description = REPRODUCIBLE_DESCRIPTION
 
-    def __init__(self, seed: int) -> None:
-        self._words = np.random.Generator(np.random.PCG64(seed))
-        self._integers = random.Random(seed)
+    def __init__(self, seed: int, stream: int = 0) -> None:
+        """`stream` > 0: another stream from the same seed (each process of a run draws its own; stream 0 is the
+        single process's)."""
+        spawned = (stream,) if stream else ()  # stream 0: PCG64(seed)'s own sequence
+        self._words = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=spawned)))
+        self._integers = random.Random(f"{seed}/{stream}" if stream else seed)
 
     def bits(self, count: int) -> np.ndarray:
         return self._words.integers(0, 2**64, size=count, dtype=np.uint64, endpoint=False)
@@ -233,6 +236,7 @@ class ReproducibleNoise(NoiseSource):
         self._integers.setstate((integers["version"], tuple(integers["internal"]), integers["gauss"]))
 
 
-def noise_source(reproducible: bool = False, seed: int = 0) -> NoiseSource:
-    """The secure source, or (debugging only) one reproducible from `seed`."""
-    return ReproducibleNoise(seed) if reproducible else SecureNoise()
+def noise_source(reproducible: bool = False, seed: int = 0, stream: int = 0) -> NoiseSource:
+    """The secure source, or (debugging only) one reproducible from `seed` (its `stream`: one per process of a
+    run, so that no two processes draw the same)."""
+    return ReproducibleNoise(seed, stream) if reproducible else SecureNoise()

@@ -47,6 +47,7 @@ def private_training_markdown(report: dict[str, Any]) -> str:
     timing = report["timing"]
     lines += [f"| wall time (training, this session) | {timing['wall_seconds']:.1f} s |",
               f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
+              f"| processes (each its share of the examples, the same privacy) | {timing['processes']} |",
               "", "## Epochs", "", "![test accuracy after each epoch](training.png)", "",
               "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
     lines += [f"| {r['epoch']} | {percent(r['test_accuracy'])} | {r['steps']} |" for r in report["history"]]

@@ -52,6 +52,8 @@ from opacus import GradSampleModule
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
 from opacus.accountants import RDPAccountant
 from opacus.data_loader import wrap_collate_with_empty
+from opacus.optimizers.ddpoptimizer import DistributedDPOptimizer
+from opacus.optimizers.ddpoptimizer_fast_gradient_clipping import DistributedDPOptimizerFastGradientClipping
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from opacus.optimizers.optimizer_fast_gradient_clipping import DPOptimizerFastGradientClipping
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
@@ -68,6 +70,7 @@ from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import dataset_help, setting
 from dpdistill.progress import Pace, Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
+from dpdistill.training.distributed import Group
 from dpdistill.training.state import Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
 from dpdistill.models.features import frozen_features
@@ -190,6 +193,9 @@ class PrivateTrainingConfig:
     reproducible_noise: bool = setting(False, "debugging only, NO privacy guarantee: draw the noise and the Poisson "
                                               "sampling from --seed, so the run repeats", show_default=False)
     device: str = setting("cpu", "cpu or cuda")
+    processes: int = setting(1, "dpsgd: train on this many processes, each on its share of the examples, with the "
+                                "same privacy (started here: gloo on CPU, NCCL with one GPU each; under torchrun, "
+                                "give its number of processes)", min=1)
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
@@ -233,6 +239,11 @@ class PrivateTrainingConfig:
         if self.counted_size is not None and (self.counted_size < 1 or self.dataset_size is not None):
             raise ConfigError("counted_size is the noisy count a run released itself: give the size you publish "
                               "with --dataset-size instead")
+        if self.processes < 1:
+            raise ConfigError(f"--processes must be at least 1, got {self.processes}")
+        if self.processes > 1 and self.method != "dpsgd":
+            raise ConfigError(f"--processes {self.processes}: only dpsgd trains on several processes; run "
+                              f"{self.method} on one")
         if self.epochs < 1 or (self.batch_size or 1) < 1 or self.public_size < 1:
             raise ConfigError(f"epochs, batch size and public size must be at least 1, got {self.epochs}, "
                               f"{self.batch_size} and {self.public_size}")
@@ -309,6 +320,13 @@ class PrivatePlan:
         if self.count is None:
             return f"{self.size:,}, a public figure the data declare; the exact count stays private"
         return self.count.describe(self.size)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "PrivatePlan":
+        """A DP-SGD plan from `dataclasses.asdict`'s fields: rank 0's, shared with the other processes of a run."""
+        count = values["count"]
+        return cls(**{**values, "query": SampledGaussianQuery(**values["query"]),
+                      "count": None if count is None else NoisyCount(**count)})
 
 
 def with_public_size(config: PrivateTrainingConfig, dataset: ImageDataset) -> PrivateTrainingConfig:
@@ -451,6 +469,16 @@ class NoiseSourceGhostClippingOptimizer(_NoiseFromSource, DPOptimizerFastGradien
     NoiseSource."""
 
 
+class NoiseSourceDistributedDPOptimizer(DistributedDPOptimizer, NoiseSourceDPOptimizer):
+    """Opacus' DistributedDPOptimizer, one per process of a run: each clips its examples' gradients; rank 0 alone
+    adds the noise (once a step, from its NoiseSource), then the sums are all-reduced (training/distributed.py)."""
+
+
+class NoiseSourceDistributedGhostClippingOptimizer(DistributedDPOptimizerFastGradientClipping,
+                                                   NoiseSourceGhostClippingOptimizer):
+    """The same, for ghost clipping."""
+
+
 def ghost_clipping_applies(module: nn.Module) -> bool:
     """Whether every trained layer has Opacus' ghost norm (linear layers): per-example gradient norms then come
     from activation and backprop norms, and the clipped sum from a second backward pass, without materialising
@@ -527,6 +555,10 @@ class PrivateTrainer:
     steps after the last checkpoint (the rest of its epoch, then the next ones): the interrupted run released
     nothing after it (the ledger resumes from the checkpoint's count, and the weights those steps produced were
     never saved), so no noise is reused, and every step is an independent Poisson sample, as the accounting has it.
+
+    On several processes (training/distributed.py) each trains on its shard of the training set with its own
+    noise source; rank 0 alone evaluates, checkpoints and reports, and every process starts from its state. They
+    meet at each epoch's end, where the checkpoint is written (alone, a run also saves within an epoch on time).
     """
 
     def __init__(self, config: PrivateTrainingConfig, dataset: ImageDataset, plan: PrivatePlan, work_dir: Path,
@@ -535,7 +567,9 @@ class PrivateTrainer:
         self.config, self.dataset, self.plan, self.work_dir, self.progress = config, dataset, plan, work_dir, progress
         self.device = torch.device(config.device)
         torch.manual_seed(config.seed)  # initialisation and other non-private randomness only
-        self.noise = noise_source(config.reproducible_noise, config.seed)
+        self.group = Group.current()  # this process alone, or its place among the run's processes
+        self.noise = noise_source(config.reproducible_noise, config.seed, self.group.rank)
+        self.follower_noise: list[Any] = []  # the other processes' noise streams at the last checkpoint
         self.x_eval, self.y_eval = dataset.x_test, dataset.y_test
         self.measured_on = whole_test_split(dataset)
         self.frozen: list[nn.Module] = []  # kept in eval mode while training
@@ -552,17 +586,18 @@ class PrivateTrainer:
         split = student.fixed_split()
         frozen, fixed = ((student.backbone, student.fixed_backbone) if config.train_layers == "head"
                          else (split[0] if split else None, True))
-        inputs, self.eval_inputs = dataset.x_train, self.x_eval
+        images, labels = self.group.shard(dataset.x_train), self.group.shard(dataset.y_train)  # all of them alone
+        inputs, self.eval_inputs = images, self.x_eval
         if frozen is not None:
             frozen.requires_grad_(False)
             self.frozen.append(frozen)
-            inputs = frozen_features(frozen.to(self.device), dataset.x_train, self.device, fixed, progress)
+            inputs = frozen_features(frozen.to(self.device), images, self.device, fixed, progress)
             self.eval_inputs = frozen_features(frozen, self.x_eval, self.device, fixed, progress)
         self.model, self.fixes = self._student(student.to(self.device).train())  # Opacus checks training mode
         self.trained: nn.Module = (self.model if frozen is None else self.model.head if config.train_layers == "head"
                                    else self.model.fixed_split()[1])
         self.optimizer = make_optimizer(config, [weight for weight in self.trained.parameters() if weight.requires_grad])
-        self.loader = poisson_loader(TensorDataset(inputs, dataset.y_train), plan, self.noise, config.batch_size)
+        self.loader = poisson_loader(TensorDataset(inputs, labels), plan, self.noise, config.batch_size)
         self.ledger = PrivacyLedger(plan.query, plan.steps)
         self.epoch = 0
         self.history: list[dict] = []
@@ -588,12 +623,14 @@ class PrivateTrainer:
         images, computed once)."""
         return predict(self.trained, self.eval_inputs, device=self.device)
 
-    def run(self, resume: bool = False) -> PrivateTrainingResult:
+    def run(self, resume: bool = False) -> PrivateTrainingResult | None:
+        """Train the plan's epochs (after the checkpoint's, resuming); None on a process other than rank 0."""
         if resume:
             self._restore(load_state(self.work_dir / "resume"))
+        self._start_together()
         started, predicted, per_epoch = time.perf_counter(), None, self.plan.steps_per_epoch
         pace = Pace(self.progress)  # an epoch of a large student takes minutes: how far into it the run is
-        checkpoints = Checkpoints()  # ... and is saved within it on time (each epoch's end is saved below)
+        checkpoints = Checkpoints()  # ... and, alone, is saved within it on time (each epoch's end is saved below)
         while self.epoch < self.config.epochs:
             self._train_mode()
             done = self.ledger.answered - self.epoch * per_epoch  # this epoch's steps before an interruption
@@ -602,11 +639,15 @@ class PrivateTrainer:
                 self.ledger.charge(1)
                 self.epoch_loss[0] += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
                 self.epoch_loss[1] += len(labels)
-                if step < per_epoch:
+                if step < per_epoch and self.group.size == 1:
                     checkpoints(step, lambda: save_state(self.work_dir / "resume", self._state()))
             self.epoch += 1
-            self.train_loss.append(self.epoch_loss[0] / max(self.epoch_loss[1], 1))
+            loss_sum, seen = self.group.sum(*self.epoch_loss)
+            self.train_loss.append(loss_sum / max(seen, 1))
             self.epoch_loss = [0.0, 0]
+            self.follower_noise = self.group.gather_json(self.noise.state())[1:]
+            if not self.group.leads:
+                continue
             predicted = self._predictions()
             self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
                                  "test_accuracy": share_correct(predicted, self.y_eval)})
@@ -614,15 +655,25 @@ class PrivateTrainer:
             pace(self.history[-1])
         if self.ledger.answered != self.plan.steps:
             raise BudgetExceededError(f"ran {self.ledger.answered} steps, planned {self.plan.steps}")
+        if not self.group.leads:
+            return None
         if predicted is None:  # resumed after its last epoch
             predicted = self._predictions()
         confusion = confusion_counts(predicted, self.y_eval, self.dataset.num_classes)
         return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
                                      time.perf_counter() - started, self.fixes, self.private_figures(), confusion)
 
+    def _start_together(self) -> None:
+        """On several processes, every one starts from rank 0's state: its weights (as Opacus' DPDDP broadcasts
+        them) and, resumed, its optimizer's state, its counters and each process's noise stream."""
+        if self.group.size > 1:
+            state = self.group.broadcast_state(self._state() if self.group.leads else None)
+            if not self.group.leads:
+                self._restore(state)
+
     def private_figures(self) -> dict[str, Any]:
         """Figures computed from the private data without noise: for a private record, never the public report."""
-        train_size = len(self.loader.dataset)
+        train_size = len(self.dataset.y_train)
         return {"train_size": train_size, "expected_batch_size": self.plan.sample_rate * train_size,
                 "train_loss": [{"epoch": record["epoch"], "train_loss": loss}
                                for record, loss in zip(self.history, self.train_loss)]}
@@ -651,8 +702,8 @@ class PrivateTrainer:
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "noise": self.noise.state(), "torch_rng": torch.get_rng_state(), "history": self.history,
-                "train_loss": self.train_loss, "epoch_loss": self.epoch_loss}
+                "noise": self.noise.state(), "follower_noise": self.follower_noise, "torch_rng": torch.get_rng_state(),
+                "history": self.history, "train_loss": self.train_loss, "epoch_loss": self.epoch_loss}
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue after the last checkpoint (an epoch's end, or a step within one): same weights, optimizer and
@@ -666,7 +717,10 @@ class PrivateTrainer:
                                   f"configuration now gives {self.plan.noise_multiplier}: start a new run")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.noise.restore(state["noise"])
+        streams = [state["noise"], *state.get("follower_noise", [])]  # each process's, once a checkpoint saved them
+        if self.group.rank < len(streams):
+            self.noise.restore(streams[self.group.rank])
+        self.follower_noise = state.get("follower_noise", [])
         torch.set_rng_state(state["torch_rng"])
         self.epoch, self.ledger.answered, self.history = state["epoch"], state["steps"], state["history"]
         self.train_loss, self.epoch_loss = state["train_loss"], state.get("epoch_loss", [0.0, 0])
@@ -683,18 +737,23 @@ class DPSGDTrainer(PrivateTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # on several processes, Opacus' share of the batch: each process's sum over it, averaged over the processes
         settings = {"noise": self.noise, "noise_multiplier": self.plan.noise_multiplier,
-                    "max_grad_norm": self.config.max_grad_norm, "expected_batch_size": self.config.batch_size}
+                    "max_grad_norm": self.config.max_grad_norm,
+                    "expected_batch_size": self.config.batch_size / self.group.size}
+        distributed = self.group.size > 1
         self.ghost_clipping = ghost_clipping_applies(self.trained)
         if self.ghost_clipping:
             self.private_model = GradSampleModuleFastGradientClipping(self.trained,
                                                                       max_grad_norm=self.config.max_grad_norm)
-            self.optimizer = NoiseSourceGhostClippingOptimizer(self.optimizer, **settings)
+            self.optimizer = (NoiseSourceDistributedGhostClippingOptimizer if distributed
+                              else NoiseSourceGhostClippingOptimizer)(self.optimizer, **settings)
             self.ghost_loss = DPLossFastGradientClipping(self.private_model, self.optimizer, nn.CrossEntropyLoss())
         else:
             self.private_model = GradSampleModule(self.trained)
             self.private_model.forbid_grad_accumulation()  # Poisson batches: one batch, one step
-            self.optimizer = NoiseSourceDPOptimizer(self.optimizer, **settings)
+            self.optimizer = (NoiseSourceDistributedDPOptimizer if distributed
+                              else NoiseSourceDPOptimizer)(self.optimizer, **settings)
         self.accountant = RDPAccountant()
         self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=self.plan.sample_rate))
         canaries = GRADIENT_CANARIES.get()

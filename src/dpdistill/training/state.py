@@ -2,7 +2,8 @@
 
 Nested state (model and optimizer state dicts, RNG states, counters) is flattened: every tensor goes into one
 safetensors file under a path-like name, and a JSON skeleton records where it was. Dict keys keep their type
-(optimizer state is keyed by integers), so the restored structure is exactly the saved one.
+(optimizer state is keyed by integers), so the restored structure is exactly the saved one. The same two parts, in
+memory, carry a state from one process of a run to the others (training/distributed.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, load_file, save, save_file
 
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError
@@ -68,6 +69,18 @@ def _unflatten(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
         if "__list__" in skeleton:
             return [_unflatten(item, tensors) for item in skeleton["__list__"]]
     return skeleton
+
+
+def encode_state(state: dict[str, Any]) -> tuple[str, bytes]:
+    """`state` as its JSON skeleton and its tensors in safetensors' format."""
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton = _flatten(state, "state", tensors)
+    return json.dumps(skeleton), save(tensors)
+
+
+def decode_state(skeleton: str, tensors: bytes) -> dict[str, Any]:
+    """The state `encode_state` encoded."""
+    return _unflatten(json.loads(skeleton), load(tensors))
 
 
 def save_state(directory: Path, state: dict[str, Any]) -> None:
