@@ -4,6 +4,7 @@ summaries on stderr, silenced by --quiet; a command's own answer (a listing, JSO
 from __future__ import annotations
 
 import functools
+import json
 import inspect
 import signal
 import warnings
@@ -73,6 +74,17 @@ def progress_display(total: int | None, description: str) -> ProgressDisplay:
     return ProgressDisplay(description, total, quiet=summary.quiet)
 
 
+def private_timing(out: Path) -> dict[str, float]:
+    """The wall times a run keeps in its private record (they grow with the private count): shown to its owner here,
+    never published."""
+    from dpdistill.reporting.report import PRIVATE_DIR, PRIVATE_RECORD
+
+    try:
+        return dict(json.loads((out / PRIVATE_DIR / PRIVATE_RECORD).read_text()).get("timing", {}))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def print_summary(report: dict, out: Path) -> None:
     """Every method's result from its report: accuracy, the sound epsilon (and the paper's figure, which is none),
     the answers it took, what all releases from its teacher spent, and first of all what the guarantee covers."""
@@ -125,12 +137,13 @@ def print_summary(report: dict, out: Path) -> None:
         ledger = privacy["ledger"]
         total = "no total set" if ledger["total_epsilon"] is None else f"of {ledger['total_epsilon']:g}"
         table.add_row("epsilon recorded in the teacher's ledger", f"{ledger['spent_epsilon']:.4g} ({total})")
-    timing = report["timing"]
+    timing = {**private_timing(out), **report["timing"]}  # the owner's terminal may show the private record's
     if WITH_TEACHER in timing:
         table.add_row("wall time of the whole release", f"{timing[WITH_TEACHER]:.1f} s")
     loop = " of the transcription's loop" if "privacy_mode" in report else ""
-    table.add_row(f"wall time{loop}{' (resumed run: this part)' if report.get('resumed') else ''}",
-                  f"{timing['wall_seconds']:.1f} s")
+    if "wall_seconds" in timing:
+        table.add_row(f"wall time{loop}{' (resumed run: this part)' if report.get('resumed') else ''}",
+                      f"{timing['wall_seconds']:.1f} s")
     table.add_row("report", str(out / "report.md"))
     summary.print(table)
     style = "bold red" if privacy.get("formal_guarantee") is False else ""

@@ -45,8 +45,7 @@ def private_training_markdown(report: dict[str, Any]) -> str:
              f"| epsilon ({privacy['accountant']}) | {number(privacy['epsilon'])} |"]
     lines += [f"| {label} | {number(privacy[key])} |" for key, label in PRIVATE_TRAINING_ROWS if key in privacy]
     timing = report["timing"]
-    lines += [f"| wall time (training, this session) | {timing['wall_seconds']:.1f} s |",
-              f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
+    lines += [f"| planning (noise calibration) | {timing['planning_seconds']:.1f} s |",
               f"| processes (each its share of the examples, the same privacy) | {timing['processes']} |",
               "", "## Epochs", "", "![test accuracy after each epoch](training.png)", "",
               "| epoch | test accuracy | steps |", "| --- | --- | --- |"]
