@@ -22,6 +22,7 @@ from dpdistill.federated.transcription import OwnersAnnotator
 from dpdistill.federated.method import FederationError, ServerPlan
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
+from dpdistill.training.annotation import DistillationGradient
 from dpdistill.pipeline import federated
 from safetensors.torch import load_file, save_file
 
@@ -62,6 +63,26 @@ def test_one_example_moves_an_owners_integer_row_within_the_accounted_sensitivit
     distance = (first - second).norm(dim=1)
     assert distance.max().item() <= ANSWER.sensitivity(10)
     assert distance.max().item() > GRID_STEPS  # of the bound's order: two teachers' gradients can disagree wholly
+
+
+def test_algorithm_2s_owner_answers_its_whole_gradient_at_the_prediction_and_refuses_an_unknown_space(tmp_path):
+    """Alg. 2 line 25-26: the gradient with respect to Phi_s (the prediction), normalised whole (no top-k); the server
+    moves the prediction by it."""
+    images, logits = queries(64)
+    teacher = teachers(1)[0]
+    answer = GradientAnswer(top_k=None, space="probabilities")
+    rows = bounded_gradients(teacher, images, logits, answer)
+    expected = DistillationGradient(space="probabilities")(teacher(images), logits)
+    assert torch.allclose(rows, GRID_STEPS * expected / (expected.norm(dim=1, keepdim=True) + 1e-4), atol=1e-3)
+    assert ((rows != 0).sum(1) == 10).all()
+    annotator = OwnersAnnotator(SimpleNamespace(ask=lambda index, arrays: (rows.round().long(), 1)), beta=0.01,
+                                step=5.0, members=1, space="probabilities")
+    targets = annotator.annotate(images, logits, PrivacyLedger(GaussianQuery(1.0), 64))
+    assert torch.allclose(targets, torch.softmax(logits, 1) - 5.0 * rows.round() * 0.01 / GRID_STEPS, atol=1e-6)
+    wire = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10),
+                GradientAnswer(top_k=None, space="odds"), RunTerms("test-run", 256, 5, 0, 1, 1e-5))
+    with pytest.raises(ConfigError, match="output space"):
+        owner_answer(tmp_path, teacher, OWNER, SECAGG, [images.numpy(), logits.numpy()], wire.to_json())
 
 
 def test_an_owner_refuses_malformed_student_logits(tmp_path):

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpdistill.errors import ConfigError
+from dpdistill.models.registry import INITIALISATIONS
 from dpdistill.privacy.budget import PrivacyRequest
+from dpdistill.training.annotation import OUTPUT_SPACES
 
 
 @dataclass
@@ -31,12 +33,17 @@ class TranscriptionConfig:
     vote_margin: float = 0.0  # ensemble label mode: samples whose noisy plurality leads by fewer than this many
     # noise sigmas get no label (PATE's confident answers; post-processing of the released noisy counts)
     candidate_threshold: float = 0.0  # "threshold": classes above this probability, at least two (0: 1/(2 classes))
-    target_step: float = 0.1  # gamma_s of DPSD Eq. 3: step of the noisy gradient on the student's logits
+    target_step: float = 0.1  # gamma_s of DPSD Eq. 3: step of the noisy gradient on the student's output
+    output_space: str = "logits"  # data mode: the answer is the gradient with respect to the student's logits, which
+    # it moves (target: their softmax), or "probabilities": with respect to its prediction p = Phi_s(x), which it
+    # moves (DPSD Eq. 2-3 as written)
     distill_loss: str = "dkd"  # or "kd"
     dkd_alpha: float = 1.0
     dkd_beta: float = 8.0  # DPSD's lambda: weight of the non-target-class term
     temperature: float = 1.0
     student_arch: str = "datalens"
+    init: str = "default"  # the student's and generator's initial weights: PyTorch's per-layer default, or "xavier"
+    # (Glorot-uniform weights, zero biases: DPSD Alg. 1 line 1)
     student_lr: float = 1e-3
     student_steps: int = 1  # student updates per iteration: the first on the fresh batch, the others on batches
     # drawn from the replay buffer (free: post-processing of earlier answers)
@@ -108,6 +115,13 @@ class TranscriptionConfig:
             raise ConfigError(f"unknown discriminator {self.discriminator!r}: choose student or teacher")
         if self.latents not in ("trainable", "fresh"):
             raise ConfigError(f"unknown latent mode {self.latents!r}: choose trainable or fresh")
+        if self.output_space not in OUTPUT_SPACES:
+            raise ConfigError(f"unknown output space {self.output_space!r}: choose {' or '.join(OUTPUT_SPACES)}")
+        if self.output_space == "probabilities" and self.temperature != 1 and self.privacy.mode == "data":
+            raise ConfigError("output-space probabilities moves the student's prediction at temperature 1 (DPSD Eq. 3): "
+                              f"drop temperature {self.temperature:g} or use output_space=logits")
+        if self.init not in INITIALISATIONS:
+            raise ConfigError(f"unknown initialisation {self.init!r}: choose {' or '.join(INITIALISATIONS)}")
         if self.gradient_operation not in ("normalize", "clip"):
             raise ConfigError(f"unknown gradient operation {self.gradient_operation!r}: choose normalize or clip")
         if self.candidates not in ("top-k", "threshold"):
