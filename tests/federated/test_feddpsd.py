@@ -110,7 +110,8 @@ def test_the_server_moves_the_students_logits_against_the_mean_noisy_gradient_an
 
 def test_the_server_plan_is_seed_000s_loop_with_noise_calibrated_for_the_shares():
     plan = ServerPlan.of(FederatedConfig(epsilon=10.0, dataset="digits", clients=5, method="dpsd"))
-    assert (plan.transcription.iterations, plan.transcription.batch_size, plan.transcription.top_k) == (200, 256, 3)
+    assert (plan.transcription.iterations, plan.transcription.batch_size, plan.transcription.top_k) == (200, 256, None)
+    assert (plan.transcription.latents, plan.wire.gradient.space) == ("fresh", "probabilities")  # Alg. 2's
     assert plan.transcription.privacy.beta == 5e-3 and plan.queries == 200 * 256
     assert plan.query.epsilon(plan.queries, 1e-5) <= 10.0 < plan.query.epsilon(2 * plan.queries, 1e-5)
     with pytest.raises(Exception, match="data owners answer in data mode|teacher"):
