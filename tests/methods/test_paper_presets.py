@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from dpdistill.federated.config import FederatedConfig
 from dpdistill.methods.config import PAPER_POOL, build_config
+from dpdistill.methods.dgd import build_dgd_config
 from dpdistill.settings import parse_assignments
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "methods"
@@ -51,7 +52,7 @@ def transcription_config(options: str) -> Any:
 
 def test_every_seed_page_states_its_presets_settings():
     pages = {page for page, _, _ in documented_presets()}
-    assert {"dpsd.md", "dpdfd.md", "srr.md", "federated.md"} <= pages
+    assert {"dpsd.md", "dpdfd.md", "srr.md", "federated.md", "dgd.md"} <= pages
 
 
 @pytest.mark.parametrize("page, options, settings", [entry for entry in documented_presets()
@@ -66,6 +67,17 @@ def test_a_transcription_preset_has_the_settings_its_table_states(page: str, opt
         holder = config.privacy if owner == "privacy" else config
         actual = getattr(holder, field)
         assert actual == value_of(field, text, type(holder)), f"{page} ({options}): {name} is {actual!r}, not {text}"
+
+
+def test_dgds_preset_has_the_settings_its_table_states():
+    [(_, options, settings)] = [entry for entry in documented_presets() if entry[0] == "dgd.md"]
+    words = dict(zip(shlex.split(options)[::2], shlex.split(options)[1::2]))
+    config = build_dgd_config(float(words["--epsilon"]), baseline="b", preset=words["--preset"])
+    for name, text in settings.items():
+        owner, _, field = name.rpartition(".")
+        holder = config.generator if owner == "generator" else config.labelling
+        actual = getattr(holder, field)
+        assert actual == value_of(field, text, type(holder)), f"dgd.md: {name} is {actual!r}, the table says {text}"
 
 
 def test_the_paper_preset_stays_literal_and_the_workload_is_a_separate_departure():
@@ -84,3 +96,11 @@ def test_feddpsd_runs_algorithm_2_unless_another_preset_is_asked_for():
     asked = FederatedConfig(epsilon=10.0, dataset="digits", clients=5, method="dpsd", preset="paper",
                             lr=1e-3).transcription_config()
     assert (asked.latents, asked.top_k, asked.student_lr) == ("trainable", 3, 1e-3)
+
+
+def test_dgds_paper_student_decays_linearly_and_takes_eq_6_as_written():
+    paper = build_dgd_config(10.0, baseline="b", preset="paper").labelling.consistency_config()
+    assert (paper.schedule, paper.feature_distance) == ("linear", "raw")
+    fixed = build_dgd_config(10.0, baseline="b").labelling
+    assert (fixed.student_schedule, fixed.feature_distance, fixed.student_training) == ("cosine", "normalized",
+                                                                                         "supervised")

@@ -137,3 +137,15 @@ def test_a_long_epoch_reports_how_far_into_it_the_run_is(monkeypatch):
     train_classifier(load_dataset("digits"), TeacherConfig(arch="cnn", epochs=1, batch_size=512), records.append)
     assert [record["epoch"] for record in records] == [0.0, 0.36, 0.71, 1]  # 1,437 images in batches of 512
     assert "test_accuracy" in records[-1] and all(record["total"] == 1 for record in records)
+
+
+def test_a_linear_schedule_decays_the_learning_rate_to_zero_in_a_straight_line():
+    _, optimizer, schedule = fresh_classifier("datalens", (1, 8, 8), 10, 1e-3, 10, 0, torch.device("cpu"),
+                                              schedule="linear")
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert rates == pytest.approx([1e-3 * (1 - step / 10) for step in range(10)])
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0)
