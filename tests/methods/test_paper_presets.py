@@ -52,7 +52,7 @@ def transcription_config(options: str) -> Any:
 
 def test_every_seed_page_states_its_presets_settings():
     pages = {page for page, _, _ in documented_presets()}
-    assert {"dpsd.md", "dpdfd.md", "srr.md", "federated.md", "dgd.md"} <= pages
+    assert {"dpsd.md", "dpdfd.md", "srr.md", "federated.md", "dgd.md", "datalens.md"} <= pages
 
 
 @pytest.mark.parametrize("page, options, settings", [entry for entry in documented_presets()
@@ -78,6 +78,18 @@ def test_dgds_preset_has_the_settings_its_table_states():
         holder = config.generator if owner == "generator" else config.labelling
         actual = getattr(holder, field)
         assert actual == value_of(field, text, type(holder)), f"dgd.md: {name} is {actual!r}, the table says {text}"
+
+
+def test_datalens_preset_has_the_settings_its_table_states():
+    from dpdistill.methods.datalens import preset_settings
+    from dpdistill.training.datalens import DataLensConfig
+
+    for _, options, settings in (entry for entry in documented_presets() if entry[0] == "datalens.md"):
+        words = dict(zip(shlex.split(options)[::2], shlex.split(options)[1::2]))
+        preset = preset_settings(words["--preset"], float(words["--epsilon"]), words["--dataset"])
+        for name, text in settings.items():
+            expected = value_of(name, text, DataLensConfig)
+            assert preset[name] == expected, f"datalens.md ({options}): {name} is {preset[name]!r}, not {text}"
 
 
 def test_the_paper_preset_stays_literal_and_the_workload_is_a_separate_departure():
