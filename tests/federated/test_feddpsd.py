@@ -22,6 +22,7 @@ from dpdistill.federated.transcription import OwnersAnnotator
 from dpdistill.federated.method import FederationError, ServerPlan
 from dpdistill.models.registry import build_classifier
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
+from dpdistill.training.annotation import DistillationGradient
 from dpdistill.pipeline import federated
 from safetensors.torch import load_file, save_file
 
@@ -64,6 +65,26 @@ def test_one_example_moves_an_owners_integer_row_within_the_accounted_sensitivit
     assert distance.max().item() > GRID_STEPS  # of the bound's order: two teachers' gradients can disagree wholly
 
 
+def test_algorithm_2s_owner_answers_its_whole_gradient_at_the_prediction_and_refuses_an_unknown_space(tmp_path):
+    """Alg. 2 line 25-26: the gradient with respect to Phi_s (the prediction), normalised whole (no top-k); the server
+    moves the prediction by it."""
+    images, logits = queries(64)
+    teacher = teachers(1)[0]
+    answer = GradientAnswer(top_k=None, space="probabilities")
+    rows = bounded_gradients(teacher, images, logits, answer)
+    expected = DistillationGradient(space="probabilities")(teacher(images), logits)
+    assert torch.allclose(rows, GRID_STEPS * expected / (expected.norm(dim=1, keepdim=True) + 1e-4), atol=1e-3)
+    assert ((rows != 0).sum(1) == 10).all()
+    annotator = OwnersAnnotator(SimpleNamespace(ask=lambda index, arrays: (rows.round().long(), 1)), beta=0.01,
+                                step=5.0, members=1, space="probabilities")
+    targets = annotator.annotate(images, logits, PrivacyLedger(GaussianQuery(1.0), 64))
+    assert torch.allclose(targets, torch.softmax(logits, 1) - 5.0 * rows.round() * 0.01 / GRID_STEPS, atol=1e-6)
+    wire = Wire(10, (1, 8, 8), 5.0, 2**20, float(GRID_STEPS), ANSWER.sensitivity(10),
+                GradientAnswer(top_k=None, space="odds"), RunTerms("test-run", 256, 5, 0, 1, 1e-5))
+    with pytest.raises(ConfigError, match="output space"):
+        owner_answer(tmp_path, teacher, OWNER, SECAGG, [images.numpy(), logits.numpy()], wire.to_json())
+
+
 def test_an_owner_refuses_malformed_student_logits(tmp_path):
     images, logits = queries(8)
     teacher = teachers(1)[0]
@@ -89,7 +110,8 @@ def test_the_server_moves_the_students_logits_against_the_mean_noisy_gradient_an
 
 def test_the_server_plan_is_seed_000s_loop_with_noise_calibrated_for_the_shares():
     plan = ServerPlan.of(FederatedConfig(epsilon=10.0, dataset="digits", clients=5, method="dpsd"))
-    assert (plan.transcription.iterations, plan.transcription.batch_size, plan.transcription.top_k) == (200, 256, 3)
+    assert (plan.transcription.iterations, plan.transcription.batch_size, plan.transcription.top_k) == (200, 256, None)
+    assert (plan.transcription.latents, plan.wire.gradient.space) == ("fresh", "probabilities")  # Alg. 2's
     assert plan.transcription.privacy.beta == 5e-3 and plan.queries == 200 * 256
     assert plan.query.epsilon(plan.queries, 1e-5) <= 10.0 < plan.query.epsilon(2 * plan.queries, 1e-5)
     with pytest.raises(Exception, match="data owners answer in data mode|teacher"):

@@ -82,3 +82,16 @@ def test_the_regulariser_pulls_the_neighbours_towards_a_fixed_centre():
 def test_an_unknown_regulariser_is_refused():
     with pytest.raises(ConfigError, match="regularizer"):
         ConsistencyConfig(regularizer="vat")
+
+
+def test_eq_6_as_written_compares_the_raw_features_and_moves_the_centre_too():
+    torch.manual_seed(0)
+    features = torch.randn(24, 16, requires_grad=True)
+    logits = torch.zeros(8, 10)
+    loss = tangent_normal_loss(features, logits, entropy_weight=0.0, raw=True)
+    centre, along, across = features.detach().chunk(3)
+    assert loss.item() == pytest.approx(((centre - along).pow(2).sum(1) + (centre - across).pow(2).sum(1)).mean().item())
+    loss.backward()
+    assert features.grad[:8].abs().max() > 0  # the centre learns as well
+    assert tangent_normal_loss(features * 10, logits, 0.0, raw=True) > 10 * tangent_normal_loss(features, logits, 0.0,
+                                                                                                 raw=True)

@@ -3,8 +3,11 @@
 import pytest
 import torch
 
+import torch.nn.functional as F
+
+from dpdistill.losses.distillation import probability_loss
 from dpdistill.training.annotation import (CandidateSet, DistillationGradient, NoisyVoteAnnotator,
-                                          OutputGradientAnnotator, TeacherAnnotator)
+                                          OutputGradientAnnotator, TeacherAnnotator, gradient_targets)
 from dpdistill.privacy.accounting import GaussianQuery, PrivacyLedger
 from dpdistill.privacy.randomness import SecureNoise
 
@@ -99,3 +102,25 @@ def test_the_output_gradient_answer_carries_noise_of_std_sigma_times_beta(sigma:
     expected = sigma * beta * (1 - 1 / classes) ** 0.5
     assert released.std().item() == pytest.approx(expected, rel=0.02)  # 40,000 draws: standard error 0.4%
     assert ledger.answered == n
+
+
+def test_eq_3_in_probability_space_moves_the_prediction_against_the_gradient_of_dkd_in_p():
+    torch.set_default_dtype(torch.float64)
+    try:
+        generator = torch.Generator().manual_seed(0)
+        teacher, student = torch.randn(6, 10, generator=generator) * 3, torch.randn(6, 10, generator=generator)
+        gradient = DistillationGradient(space="probabilities")(teacher, student)
+        probabilities, step = F.softmax(student, dim=1), 1e-6
+        for column in range(10):  # the partial derivatives, each probability a free variable
+            up, down = probabilities.clone(), probabilities.clone()
+            up[:, column] += step
+            down[:, column] -= step
+            numeric = (probability_loss(up, teacher) - probability_loss(down, teacher)) / (2 * step)
+            assert torch.allclose(gradient[:, column], numeric, rtol=1e-5, atol=1e-6)
+        logit_gradient = DistillationGradient(space="logits")(teacher, student)
+        assert not torch.allclose(gradient, logit_gradient)
+        noisy = torch.randn(6, 10, generator=generator)
+        assert torch.allclose(gradient_targets(student, noisy, 0.1, 2, "probabilities"), probabilities - 0.05 * noisy)
+        assert torch.allclose(gradient_targets(student, noisy, 0.1, 2), F.softmax(student - 0.05 * noisy, dim=1))
+    finally:
+        torch.set_default_dtype(torch.float32)

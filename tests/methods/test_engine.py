@@ -1,5 +1,6 @@
 """The data-free engine's options: replay buffer, schedules, BatchNorm and adversarial generator terms, --set."""
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -7,8 +8,9 @@ import torch
 
 from dpdistill.errors import ConfigError
 from dpdistill.methods.config import build_config
-from dpdistill.methods.engine import ReplayBuffer
+from dpdistill.methods.engine import ReplayBuffer, TranscriptionEngine
 from dpdistill.models.checkpoint import load_classifier
+from dpdistill.models.ensemble import load_teacher
 from dpdistill.pipeline import coverage, transcribe
 
 
@@ -110,3 +112,37 @@ def test_threshold_candidates_are_accounted_as_binary_randomized_response():
         assert plan.epsilon(1280) == pytest.approx(exact, rel=1e-4) and 0.999 < exact <= 1.0
         if expected_k == 2:
             assert exact_randomized_response_epsilon(plan.epsilon0, 3, 1280, 1e-5) < 0.999
+
+
+def test_the_engine_initialises_student_and_generator_as_configured(digits_teacher: Path):
+    teacher, meta = load_teacher(digits_teacher)
+    biases = {}
+    for init in ("default", "xavier"):
+        config = build_config("demo", {"init": init}, {"mode": "data", "epsilon": 10.0})
+        engine = TranscriptionEngine(config, teacher, tuple(meta["in_shape"]), 10)
+        biases[init] = [module.bias for model in (engine.student, engine.generator) for module in model.modules()
+                        if isinstance(module, torch.nn.Linear)]
+    assert all((bias == 0).all() for bias in biases["xavier"])
+    assert not any((bias == 0).all() for bias in biases["default"])
+
+
+def test_a_target_moved_off_the_simplex_still_teaches_and_only_a_row_of_zeros_is_declined(digits_teacher: Path):
+    """A probability-space target can sum to zero or less once noise moves it; only a row of zeros is declined."""
+    teacher, meta = load_teacher(digits_teacher)
+    config = build_config("demo", {"output_space": "probabilities", "iterations": 1, "batch_size": 4},
+                          {"mode": "data", "epsilon": 10.0})
+    engine = TranscriptionEngine(config, teacher, tuple(meta["in_shape"]), 10)
+    answers = torch.full((4, 10), -0.1)
+    answers[3] = 0  # the mechanism declined this one
+    engine._annotate = lambda images, teacher_logits, student_logits: answers
+    assert engine.step(defaultdict(float))["labelled"] == 0.75
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"output_space": "odds"}, "output space"),
+    ({"init": "orthogonal"}, "initialisation"),
+    ({"output_space": "probabilities", "temperature": 4.0}, "temperature 1"),
+])
+def test_a_reading_that_is_not_one_is_refused(overrides: dict, message: str):
+    with pytest.raises(ConfigError, match=message):
+        build_config(None, overrides, {"mode": "data", "epsilon": 1.0}).validate(10)

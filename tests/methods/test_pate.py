@@ -358,3 +358,10 @@ def test_lnmax_answers_carry_discrete_laplace_noise_and_refuse_posterior_targets
     assert torch.equal(noise, noise.round())  # integer counts plus integer noise
     with pytest.raises(ConfigError, match="posterior targets model Gaussian"):
         PateConfig(epsilon=1, vote_noise="laplace", answer_targets="posterior")
+
+
+@pytest.mark.parametrize("settings", [{"student_schedule": "linear"}, {"feature_distance": "raw"},
+                                      {"student_training": "consistency", "feature_distance": "raw"}])
+def test_a_student_setting_its_training_would_ignore_is_refused(settings: dict):
+    with pytest.raises(ConfigError, match="apply to|applies to"):
+        PateConfig(epsilon=1.0, **settings)

@@ -6,6 +6,7 @@ import torch
 from dpdistill.errors import ConfigError
 from dpdistill.models import Classifier, ForeignClassifier, build_classifier, load_classifier, save_model
 from dpdistill.models.classifiers import DataLensStudent
+from dpdistill.models.registry import initialise
 
 
 def _meta(arch: str) -> dict:
@@ -61,3 +62,14 @@ def test_malformed_or_missing_factory_strings_are_config_errors(spec):
 
 def test_foreign_classifier_is_a_classifier(user_module):
     assert isinstance(build_classifier(f"{user_module}:tiny", (1, 8, 8), 10), Classifier)
+
+
+def test_xavier_draws_glorot_uniform_weights_and_zero_biases():
+    torch.manual_seed(0)
+    model = initialise(build_classifier("datalens", (1, 28, 28), 10), "xavier")
+    for layer in (module for module in model.modules() if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear))):
+        fan_in = layer.weight[0].numel()
+        fan_out = layer.weight.shape[0] * layer.weight[0, 0].numel()
+        bound = (6 / (fan_in + fan_out)) ** 0.5
+        assert layer.weight.abs().max() <= bound and layer.weight.abs().max() > 0.9 * bound
+        assert (layer.bias == 0).all()

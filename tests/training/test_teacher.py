@@ -163,3 +163,15 @@ def test_a_stopped_training_continues_from_its_state_to_the_model_it_would_have_
     assert records[0]["epoch"] == 1.53  # where it stopped, not the start
     assert all(torch.equal(a, b) for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()))
     assert resumed_report["history"] == whole_report["history"]
+
+
+def test_a_linear_schedule_decays_the_learning_rate_to_zero_in_a_straight_line():
+    _, optimizer, schedule = fresh_classifier("datalens", (1, 8, 8), 10, 1e-3, 10, 0, torch.device("cpu"),
+                                              schedule="linear")
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert rates == pytest.approx([1e-3 * (1 - step / 10) for step in range(10)])
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0)

@@ -37,7 +37,7 @@ def bounded_gradients(teacher: torch.nn.Module, images: Tensor, student_logits: 
     """(n, classes): the sum over the owner's members of each one's bounded gradient, in grid units."""
     logits = member_logits(teacher, images)
     members, rows, classes = logits.shape
-    gradient = DistillationGradient(answer.loss, answer.dkd_alpha, answer.dkd_beta, answer.temperature)
+    gradient = DistillationGradient(answer.loss, answer.dkd_alpha, answer.dkd_beta, answer.temperature, answer.space)
     per_member = gradient(logits.reshape(-1, classes), student_logits.repeat(members, 1))
     bounded = bounded_output_gradient(per_member, GRID_STEPS, answer.top_k, answer.operation)
     return bounded.view(members, rows, classes).sum(0)

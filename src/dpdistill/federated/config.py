@@ -68,7 +68,8 @@ class FederatedConfig:
     round_queries: int = 250  # query rows per secure-aggregation round
     stage_timeout: float = 120.0  # deployment: seconds the server waits for the owners' replies in a SecAgg+ stage
     # FedDPSD: the server's side, as `dpdistill transcribe` in data mode (None: the preset's)
-    preset: str = "paper"  # the transcription presets (methods/config.py): "paper" is seed 000's loop
+    preset: str = "paper,federated"  # the transcription presets (methods/config.py): "paper,federated" is seed
+    # 000's Algorithm 2 (Algorithm 1's settings with fresh latent vectors and no top-k)
     iterations: int | None = setting(None, "dpsd: T, one secure round each [default: 200]")
     beta: float | None = None
     top_k: int | None = None
@@ -83,7 +84,7 @@ class FederatedConfig:
     epochs: int = 10
     min_steps: int = 1500
     batch_size: int | None = None  # PATE: the student's (128); FedDPSD: b, synthetic images a round
-    lr: float = 1e-3
+    lr: float | None = None  # the student's learning rate (None: PATE's default, or the FedDPSD preset's)
     seed: int = setting(0, SEED_HELP)
     device: str = setting("cpu", "cpu or cuda")
 
@@ -148,7 +149,7 @@ class FederatedConfig:
                           answer_targets=self.answer_targets,
                           self_training_rounds=self.self_training_rounds, student_arch=self.student_arch,
                           epochs=self.epochs, min_steps=self.min_steps, batch_size=self.batch_size or PateConfig.batch_size,
-                          lr=self.lr, seed=self.seed, device=self.device)
+                          **({} if self.lr is None else {"lr": self.lr}), seed=self.seed, device=self.device)
 
     def transcription_config(self) -> "TranscriptionConfig":
         """FedDPSD's server settings: DPSD's data mode with the preset's loop, sound accounting, the noise

@@ -122,7 +122,8 @@ def gradient_wire(config: FederatedConfig, transcription: TranscriptionConfig, n
                   in_shape: tuple[int, ...]) -> Wire:
     """FedDPSD's answers: the sum of an owner's members' gradients, each of norm at most GRID_STEPS grid units."""
     answer = GradientAnswer(transcription.distill_loss, transcription.dkd_alpha, transcription.dkd_beta,
-                            transcription.temperature, transcription.top_k, transcription.gradient_operation)
+                            transcription.temperature, transcription.top_k, transcription.gradient_operation,
+                            transcription.output_space)
     return answer_wire(num_classes, in_shape, config.members, answer)
 
 

@@ -87,8 +87,9 @@ class Encoding:
 @dataclass(frozen=True)
 class GradientAnswer:
     """FedDPSD's data-sensitive answer (seed 000, Algorithm 2's Fed-FlexPer): per sample, each member's
-    distillation-loss gradient at the student's logits, top-k masked and normalised (or clipped) to GRID_STEPS
-    grid units, summed over the owner's members."""
+    distillation-loss gradient at the student's logits (or, `space` "probabilities", at its prediction: Alg. 2 line
+    25's Phi_s), top-k masked and normalised (or clipped) to GRID_STEPS grid units, summed over the owner's
+    members."""
 
     loss: str = "dkd"
     dkd_alpha: float = 1.0
@@ -96,6 +97,7 @@ class GradientAnswer:
     temperature: float = 1.0
     top_k: int | None = 3
     operation: str = "normalize"
+    space: str = "logits"
 
     def sensitivity(self, num_classes: int) -> float:
         """How far one example moves an owner's integer row: its one member's bounded gradient by at most

@@ -47,6 +47,7 @@ class OwnersAnnotator:
     beta: float
     step: float
     members: int
+    space: str = "logits"  # what the owners' gradients are taken with respect to (GradientAnswer.space)
 
     def annotate(self, images: Tensor, student_logits: Tensor, ledger: PrivacyLedger) -> Tensor:
         index = ledger.answered // len(images)
@@ -56,7 +57,7 @@ class OwnersAnnotator:
             return torch.zeros_like(student_logits)
         total, contributors = result
         noisy_sum = total.to(student_logits) * (self.beta / GRID_STEPS)
-        return gradient_targets(student_logits, noisy_sum, self.step, contributors * self.members)
+        return gradient_targets(student_logits, noisy_sum, self.step, contributors * self.members, self.space)
 
 
 def run_transcription(rounds: Rounds) -> None:
@@ -67,7 +68,7 @@ def run_transcription(rounds: Rounds) -> None:
 
     plan = rounds.plan
     config, wire, work_dir = TranscriptionConfig.from_dict(plan.transcription), plan.wire, Path(plan.work_dir)
-    annotator = OwnersAnnotator(rounds, config.privacy.beta, config.target_step, plan.members)
+    annotator = OwnersAnnotator(rounds, config.privacy.beta, config.target_step, plan.members, plan.wire.gradient.space)
     engine = TranscriptionEngine(config, None, wire.in_shape, wire.num_classes,
                                  evaluation_set(plan.dataset, wire.in_shape, wire.num_classes), work_dir,
                                  owners=annotator,

@@ -40,6 +40,28 @@ def dkd_loss(student_logits: Tensor, teacher_logits: Tensor, target: Tensor, alp
     return (alpha * target_term + beta * non_target_term) * temperature**2
 
 
+def probability_loss(student_probabilities: Tensor, teacher_logits: Tensor, loss: str = "dkd", alpha: float = 1.0,
+                     beta: float = 8.0, temperature: float = 1.0) -> Tensor:
+    """KD or DKD per sample as a function of the student's class probabilities taken as free variables: DPSD's Eq. 2
+    writes its loss in p = Phi(x) and Eq. 3 differentiates it with respect to them, so its gradient is not the one
+    with respect to the logits (which `kd_loss` and `dkd_loss` give). DKD's target term compares (p_r, 1 - p_r), its
+    non-target term the other classes renormalised by 1 - p_r (Zhao et al. 2022; DPSD's own formula writes the
+    renormaliser with j for r, as it drops r from its target term: read as typesetting, see docs/methods/dpsd.md)."""
+    eps = 1e-8
+    teacher = F.softmax(teacher_logits / temperature, dim=1)
+    if loss == "kd":
+        divergence = teacher * (torch.log(teacher + eps) - torch.log(student_probabilities + eps))
+        return divergence.sum(1) * temperature**2
+    target_mask = F.one_hot(teacher_logits.argmax(1), teacher.shape[1]).bool()
+    student_target, teacher_target = student_probabilities[target_mask], teacher[target_mask]
+    target_term = (teacher_target * (torch.log(teacher_target + eps) - torch.log(student_target + eps))
+                   + (1 - teacher_target) * (torch.log(1 - teacher_target + eps) - torch.log(1 - student_target + eps)))
+    student_rest = student_probabilities.masked_fill(target_mask, 0) / (1 - student_target + eps).unsqueeze(1)
+    teacher_rest = teacher.masked_fill(target_mask, 0) / (1 - teacher_target + eps).unsqueeze(1)
+    non_target_term = (teacher_rest * (torch.log(teacher_rest + eps) - torch.log(student_rest + eps))).sum(1)
+    return (alpha * target_term + beta * non_target_term) * temperature**2
+
+
 def soft_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """Cross-entropy against soft targets (rows of probabilities), per sample."""
     return -(targets * F.log_softmax(logits, dim=1)).sum(dim=1)

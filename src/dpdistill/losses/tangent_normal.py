@@ -39,13 +39,20 @@ def tangent_normal_views(vae: VAE, images: Tensor, tangent_radius: float, normal
     return reconstructed, tangent, reconstructed + scale * F.normalize(normal, dim=1).view_as(reconstructed)
 
 
-def tangent_normal_loss(features: Tensor, logits: Tensor, entropy_weight: float = 1.0) -> Tensor:
+FEATURE_DISTANCES = ("normalized", "raw")
+
+
+def tangent_normal_loss(features: Tensor, logits: Tensor, entropy_weight: float = 1.0, raw: bool = False) -> Tensor:
     """Seed 004's unsupervised energy per image from the student's backbone `features` of (x_hat, x_tangent,
-    x_normal) stacked in that order and its `logits` on x_hat: squared feature distances from x_hat (a fixed
-    target, as in every consistency loss) to its tangent and normal neighbours, plus `entropy_weight` times the
-    entropy of the prediction on x_hat."""
-    centre, along, across = F.normalize(features.flatten(1), dim=1).chunk(3)
-    centre = centre.detach()
+    x_normal) stacked in that order and its `logits` on x_hat: squared feature distances from x_hat to its tangent
+    and normal neighbours, plus `entropy_weight` times the entropy of the prediction on x_hat. By default the
+    features are L2-normalised and x_hat's are a fixed target, as in every consistency loss (raw distances are also
+    made small by shrinking every feature together); `raw` takes Eq. 6 as written."""
+    if raw:
+        centre, along, across = features.flatten(1).chunk(3)
+    else:
+        centre, along, across = F.normalize(features.flatten(1), dim=1).chunk(3)
+        centre = centre.detach()
     entropy = -(F.softmax(logits, 1) * F.log_softmax(logits, 1)).sum(1)
     return ((centre - along).pow(2).sum(1) + (centre - across).pow(2).sum(1) + entropy_weight * entropy).mean()
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpdistill.errors import ConfigError
+from dpdistill.models.registry import INITIALISATIONS
 from dpdistill.privacy.budget import PrivacyRequest
 from dpdistill.privacy.selection import MNIST_SET, Selection
+from dpdistill.training.annotation import OUTPUT_SPACES
 
 
 @dataclass
@@ -32,12 +34,17 @@ class TranscriptionConfig:
     vote_margin: float = 0.0  # ensemble label mode: samples whose noisy plurality leads by fewer than this many
     # noise sigmas get no label (PATE's confident answers; post-processing of the released noisy counts)
     candidate_threshold: float = 0.0  # "threshold": classes above this probability, at least two (0: 1/(2 classes))
-    target_step: float = 0.1  # gamma_s of DPSD Eq. 3: step of the noisy gradient on the student's logits
+    target_step: float = 0.1  # gamma_s of DPSD Eq. 3: step of the noisy gradient on the student's output
+    output_space: str = "logits"  # data mode: the answer is the gradient with respect to the student's logits, which
+    # it moves (target: their softmax), or "probabilities": with respect to its prediction p = Phi_s(x), which it
+    # moves (DPSD Eq. 2-3 as written)
     distill_loss: str = "dkd"  # or "kd"
     dkd_alpha: float = 1.0
     dkd_beta: float = 8.0  # DPSD's lambda: weight of the non-target-class term
     temperature: float = 1.0
     student_arch: str = "datalens"
+    init: str = "default"  # the student's and generator's initial weights: PyTorch's per-layer default, or "xavier"
+    # (Glorot-uniform weights, zero biases: DPSD Alg. 1 line 1)
     student_lr: float = 1e-3
     student_steps: int = 1  # student updates per iteration: the first on the fresh batch, the others on batches
     # drawn from the replay buffer (free: post-processing of earlier answers)
@@ -109,6 +116,13 @@ class TranscriptionConfig:
             raise ConfigError(f"unknown discriminator {self.discriminator!r}: choose student or teacher")
         if self.latents not in ("trainable", "fresh"):
             raise ConfigError(f"unknown latent mode {self.latents!r}: choose trainable or fresh")
+        if self.output_space not in OUTPUT_SPACES:
+            raise ConfigError(f"unknown output space {self.output_space!r}: choose {' or '.join(OUTPUT_SPACES)}")
+        if self.output_space == "probabilities" and self.temperature != 1 and self.privacy.mode == "data":
+            raise ConfigError("output-space probabilities moves the student's prediction at temperature 1 (DPSD Eq. 3): "
+                              f"drop temperature {self.temperature:g} or use output_space=logits")
+        if self.init not in INITIALISATIONS:
+            raise ConfigError(f"unknown initialisation {self.init!r}: choose {' or '.join(INITIALISATIONS)}")
         if self.gradient_operation not in ("normalize", "clip"):
             raise ConfigError(f"unknown gradient operation {self.gradient_operation!r}: choose normalize or clip")
         if self.candidates not in ("top-k", "threshold"):
@@ -152,10 +166,11 @@ class TranscriptionConfig:
 
 def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
     """The seeds' published settings: what the three share here, then the method's own `paper_settings`
-    (methods/dpsd.py, dpdfd.py, srr.py). DPSD (seed 000): sigma 100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200,
-    k 3. DPDFD (seed 002) states sigma 100 (its best, Tab. 5) and a small norm bound C (Fig. 2): the same
-    sigma, C and loop sizes, without top-k. SRR (seed 001) states only the threshold and loss weights (its
-    method defaults): DPSD's b and T, and eps as the per-query randomized-response budget under paper accounting.
+    (methods/dpsd.py, dpdfd.py, srr.py; each docs page sets them beside the paper's words). DPSD (seed 000): sigma
+    100, beta 1e-3 (eps <= 1) or 5e-3, b 256, T 200. DPDFD (seed 002) states sigma 100 (its best, Tab. 5) and a
+    small norm bound C (Fig. 2): DPSD's sigma, C, loop sizes and what else it leaves open, without top-k. SRR (seed
+    001) states its threshold, loss weights and student: DPSD's b and T, and eps as the per-query
+    randomized-response budget under paper accounting.
 
     Under sound accounting the noise is calibrated to the budget instead of fixed at sigma = 100, because
     sigma = 100 at these settings spends a sound epsilon of about 29.
@@ -168,6 +183,28 @@ def paper_preset(privacy_mode: str, epsilon: float | None, accounting: str, meth
     from dpdistill.methods.dpsd_family import family_member  # the methods configure this class
 
     return {**values, **family_member(method).paper_settings}
+
+
+# seed 000 states T = 200 iterations of b = 256 answers and one student step each (Alg. 1); its figures imply far
+# more student steps (33 minutes for 20 iterations; accuracy converging near 120,000 samples), and it defers its
+# GAN settings to FastDFKD [25], whose every iteration synthesises one batch of 256 and then takes 400 student steps
+# on everything synthesised so far (kd_steps 400, its image pool)
+PAPER_POOL = 200 * 256  # every answer of the paper's T x b
+CITED_STUDENT_STEPS = 400  # FastDFKD's kd_steps
+
+
+def paper_workload_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
+    """The workload seed 000's figures imply (a departure from its Algorithm 1, named as one): the same answers, but
+    each iteration the student takes FastDFKD's 400 steps on the pool of every answer so far, as its cited recipe
+    does. Replayed answers are post-processing, so the guarantee is the paper preset's. Combine: `paper,paper-workload`."""
+    return {"replay_size": PAPER_POOL, "student_steps": CITED_STUDENT_STEPS}
+
+
+def federated_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
+    """FedDPSD's differences from DPSD's loop (seed 000, Appendix D, Alg. 2): the server samples fresh noise vectors
+    every round (line 3: the generator learns, not the vectors) and each owner normalises its whole gradient (line
+    26: top-k only selects label mode's candidates). The default of `federated --method dpsd`, after `paper`."""
+    return {"latents": "fresh", "top_k": None}
 
 
 def demo_preset(privacy_mode: str, epsilon: float | None, accounting: str, method: str) -> dict[str, Any]:
@@ -221,8 +258,9 @@ def dp_teacher_preset(privacy_mode: str, epsilon: float | None, accounting: str,
             "batchnorm_weight": 0.0, "student_steps": 4, "iterations": 300, "eval_every": 50}
 
 
-PRESETS = {"paper": paper_preset, "demo": demo_preset, "engine": engine_preset, "upper-bound": upper_bound_preset,
-           "pate": pate_preset, "dp-teacher": dp_teacher_preset}
+PRESETS = {"paper": paper_preset, "paper-workload": paper_workload_preset, "federated": federated_preset,
+           "demo": demo_preset, "engine": engine_preset, "upper-bound": upper_bound_preset, "pate": pate_preset,
+           "dp-teacher": dp_teacher_preset}
 DEFAULT_PRESETS = {"none": "upper-bound"}  # the preset used when none is named, per privacy mode
 DP_TEACHER_PRESET = "dp-teacher"  # ... and for a DP teacher read without noise
 

@@ -25,5 +25,11 @@ class DPSD(TranscriptionMethod):
     name = "dpsd"
     summary = "data-free transcription: a generator and a student learn from a teacher's noisy answers (data or label mode)"
     paper = "Privacy-Preserving Model Transcription with Differentially Private Synthetic Distillation (seed 000)"
-    paper_settings: ClassVar[dict[str, Any]] = {"target_step": 0.1, "dkd_beta": 8.0, "distill_loss": "dkd",
-                                                "top_k": 3, "generator_lr": 1e-2}
+    # what seed 000 states (section IV-A unless named; docs/methods/dpsd.md has the side-by-side table): gamma_s
+    # 0.1 both as Eq. 3's step and as the student's learning rate (Alg. 1 line 5), gamma_g 0.01, lambda 8 (Eq. 2),
+    # k 3, Xavier initialisation (Alg. 1 line 1), Eq. 3 in the prediction p = Phi_s(x) (section III-B), Eq. 8's
+    # three terms unweighted
+    paper_settings: ClassVar[dict[str, Any]] = {
+        "target_step": 0.1, "student_lr": 0.1, "generator_lr": 1e-2, "dkd_beta": 8.0, "distill_loss": "dkd",
+        "top_k": 3, "init": "xavier", "output_space": "probabilities", "one_hot_weight": 1.0, "entropy_weight": 1.0,
+        "activation_weight": 1.0}

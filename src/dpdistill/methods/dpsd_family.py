@@ -109,7 +109,10 @@ COMMAND = CommandSpec(
              Option("privacy", PrivacyMode, PrivacyMode.data, "data, label, or none (no guarantee)", field=False),
              Option("epsilon", float | None, None, "privacy budget (sound by default)", field=False),
              Option("delta", float | None, None, "delta of (epsilon, delta)-DP [default 1e-5]", field=False),
-             Option("preset", str | None, None, "paper (seed settings), demo (small and fast), engine (the strongest "
+             Option("preset", str | None, None, "paper (seed settings), paper-workload (with paper: the student "
+                                                "workload the seed's figures imply, 400 steps an iteration on every "
+                                                "answer so far), federated (FedDPSD's Alg. 2: fresh latent vectors, "
+                                                "no top-k), demo (small and fast), engine (the strongest "
                                                 "data-free loop: NO guarantee), upper-bound (engine, 600 iterations; "
                                                 "default for --privacy none), pate (an ensemble answers every 25th "
                                                 "iteration only), dp-teacher (the default for a teacher that is a DP "

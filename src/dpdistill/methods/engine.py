@@ -58,7 +58,7 @@ from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
-from dpdistill.models.registry import build_classifier, build_generator
+from dpdistill.models.registry import build_classifier, build_generator, initialise
 from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.budget import PrivacyPlan, plan_privacy
 from dpdistill.privacy.randomness import NoiseSource, noise_source
@@ -124,8 +124,10 @@ class TranscriptionEngine:
         self.trains_generator = config.generator_updates and self.samples is None
 
         torch.manual_seed(config.seed)
-        self.student = build_classifier(config.student_arch, in_shape, num_classes).to(self.device)
-        self.generator = build_generator(config.latent_dim, in_shape, config.generator_width).to(self.device)
+        self.student = initialise(build_classifier(config.student_arch, in_shape, num_classes), config.init
+                                  ).to(self.device)
+        self.generator = initialise(build_generator(config.latent_dim, in_shape, config.generator_width), config.init
+                                    ).to(self.device)
         self.latents = torch.randn(config.batch_size, config.latent_dim, device=self.device, requires_grad=True)
         self.student_optimizer = torch.optim.Adam(self.student.parameters(), lr=config.student_lr)
         self.generator_optimizer = torch.optim.Adam([*self.generator.parameters(), self.latents], lr=config.generator_lr,
@@ -156,7 +158,8 @@ class TranscriptionEngine:
         if config.privacy.mode == "none":
             return TeacherAnnotator(config.temperature)
         if config.privacy.mode == "data":
-            gradient = DistillationGradient(config.distill_loss, config.dkd_alpha, config.dkd_beta, config.temperature)
+            gradient = DistillationGradient(config.distill_loss, config.dkd_alpha, config.dkd_beta, config.temperature,
+                                            config.output_space)
             return OutputGradientAnnotator(gradient, ledger, config.privacy.beta, plan.sigma, config.top_k,
                                            config.target_step, self.noise, config.gradient_operation)
         if config.top_k is None or config.top_k < 2:
@@ -193,7 +196,7 @@ class TranscriptionEngine:
             student_logits = self.student(detached)
             targets = journaled if journaled is not None else self._annotate(detached, teacher_logits,
                                                                              student_logits)
-            labelled = targets.sum(1) > 0  # the mechanism may decline to label uncertain samples
+            labelled = targets.ne(0).any(1)  # the mechanism may decline to label uncertain samples (a row of zeros)
             answered = {"labelled": labelled.float().mean().item()}
             if labelled.any():
                 fresh_loss = self._fit_to_targets(student_logits[labelled], targets[labelled])

@@ -121,6 +121,11 @@ class PateConfig:
     normal_radius: float = setting(0.1, "tangent-normal: step across it (RMS per pixel)")
     entropy_weight: float = setting(1.0, "tangent-normal: weight of the prediction entropy")
     vae_steps: int = setting(3000, "tangent-normal: steps fitting the VAE to the pool")
+    feature_distance: str = setting("normalized", "tangent-normal: distances between L2-normalised features, the "
+                                                  "reconstruction's fixed (a consistency loss), or raw (DGD's Eq. 6 "
+                                                  "as written)")
+    student_schedule: str = setting("cosine", "consistency and tangent-normal students: the learning rate decays "
+                                              "to zero by a cosine, or linearly (DGD's)")
     student_arch: str = setting("datalens", "the student's architecture, or module:callable")
     student_init: str | None = setting(None, "start the student from this pretrained encoder (a `dpdistill "
                                              "pretrain` directory on the same public pool)")
@@ -177,6 +182,9 @@ class PateConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.student_training != "supervised":
             self.consistency_config()  # its own checks, now rather than after the answers are spent
+        elif self.student_schedule != "cosine" or self.feature_distance != "normalized":
+            raise ConfigError("student-schedule and feature-distance apply to consistency and tangent-normal "
+                              "training; the supervised student decays by a cosine and measures no feature distance")
 
     @property
     def control(self) -> bool:
@@ -214,7 +222,8 @@ class PateConfig:
                                  threshold=self.consistency_threshold, tangent_radius=self.tangent_radius,
                                  normal_radius=self.normal_radius, entropy_weight=self.entropy_weight,
                                  vae=VaeConfig(steps=self.vae_steps, seed=self.seed, device=self.device),
-                                 lr=self.lr, augment_shift=self.augment_shift, init=self.student_init, seed=self.seed,
+                                 lr=self.lr, schedule=self.student_schedule, feature_distance=self.feature_distance,
+                                 augment_shift=self.augment_shift, init=self.student_init, seed=self.seed,
                                  device=self.device)
 
     def progress_per_round(self) -> int:

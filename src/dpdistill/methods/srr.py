@@ -31,3 +31,6 @@ class SRR(TranscriptionMethod):
         "candidates": "threshold", "generator_pretrain_steps": 1000, "latents": "fresh", "entropy_weight": 5.0,
         "batchnorm_weight": 10.0, "activation_weight": 0.0, "generator_width": (64, 32, 16), "generator_lr": 1e-3,
         "generator_beta1": 0.5, "replay_size": 20000, "student_steps": 8, "student_schedule": "cosine"}
+    # seed 001 (section III-A): "Resnet18 in label-sensitive experiments" (its DataLens student is the
+    # data-sensitive tables'); its loss weights and threshold are the defaults above
+    paper_settings: ClassVar[dict[str, Any]] = {"student_arch": "resnet18"}

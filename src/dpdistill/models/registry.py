@@ -217,6 +217,24 @@ def has_fixed_backbone(arch: str) -> bool:
     return getattr(CLASSIFIERS.get(arch), "fixed_backbone", False)
 
 
+INITIALISATIONS = ("default", "xavier")
+
+
+def initialise(model: nn.Module, scheme: str) -> nn.Module:
+    """Re-initialise `model`'s convolutions and linear layers: "xavier" draws each weight Glorot-uniform and zeroes
+    each bias (from torch's global generator, so a seeded run stays reproducible); "default" keeps PyTorch's
+    per-layer initialisation."""
+    if scheme == "xavier":
+        for module in model.modules():
+            if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+    elif scheme != "default":
+        raise ConfigError(f"unknown initialisation {scheme!r}: choose {' or '.join(INITIALISATIONS)}")
+    return model
+
+
 def build_generator(latent_dim: int, out_shape: tuple[int, int, int], width: tuple[int, int, int],
                     final_norm: bool = False) -> Generator:
     """A fresh generator; shapes are coerced to int tuples because they often come from JSON lists."""

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dpdistill.losses.distillation import dkd_loss, kd_loss
+from dpdistill.errors import ConfigError
+from dpdistill.losses.distillation import dkd_loss, kd_loss, probability_loss
 from dpdistill.privacy.accounting import PrivacyLedger
 from dpdistill.privacy.mechanisms import bounded_output_gradient, noisy_votes, selective_randomized_response
 from dpdistill.privacy.randomness import NoiseSource
@@ -34,10 +35,19 @@ class RemoteAnnotator(Protocol):
         student's logits; the answers are charged to `ledger` before they are asked."""
 
 
-def gradient_targets(student_logits: Tensor, noisy_sum: Tensor, step: float, count: int) -> Tensor:
-    """DPSD Eq. 3's targets: the student's logits moved against the mean of `count` teachers' noisy bounded
-    gradients (their noisy sum divided by `count`), as probabilities."""
-    return F.softmax(student_logits.detach() - step * noisy_sum / count, dim=1)
+OUTPUT_SPACES = ("logits", "probabilities")  # what the answer's gradient is taken with respect to, and moves
+
+
+def gradient_targets(student_logits: Tensor, noisy_sum: Tensor, step: float, count: int,
+                     space: str = "logits") -> Tensor:
+    """DPSD Eq. 3's targets: the student's output moved against the mean of `count` teachers' noisy bounded
+    gradients (their noisy sum divided by `count`). In "logits" the logits are moved and the target is their softmax;
+    in "probabilities" (Eq. 3 as written: Phi_s is the student's prediction p) the prediction itself is moved, so a
+    target may leave the simplex by the step (the cross-entropy of Eq. 7 takes it as it is)."""
+    moved = step * noisy_sum / count
+    if space == "probabilities":
+        return F.softmax(student_logits.detach(), dim=1) - moved
+    return F.softmax(student_logits.detach() - moved, dim=1)
 
 
 def as_members(teacher_logits: Tensor) -> Tensor:
@@ -47,14 +57,27 @@ def as_members(teacher_logits: Tensor) -> Tensor:
 
 @dataclass
 class DistillationGradient:
-    """The per-sample gradient of a distillation loss with respect to the student's logits."""
+    """The per-sample gradient of a distillation loss with respect to the student's logits, or (`space`
+    "probabilities") to its class probabilities at the temperature."""
 
     loss: str = "dkd"  # "dkd" or "kd"
     dkd_alpha: float = 1.0
     dkd_beta: float = 8.0
     temperature: float = 1.0
+    space: str = "logits"
+
+    def __post_init__(self) -> None:
+        if self.space not in OUTPUT_SPACES:  # an owner refuses a wire stating another, before computing anything
+            raise ConfigError(f"unknown output space {self.space!r}: choose {' or '.join(OUTPUT_SPACES)}")
 
     def __call__(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+        if self.space == "probabilities":
+            student = F.softmax(student_logits.detach() / self.temperature, dim=1).requires_grad_(True)
+            with torch.enable_grad():
+                per_sample = probability_loss(student, teacher_logits, self.loss, self.dkd_alpha, self.dkd_beta,
+                                              self.temperature)
+                (gradient,) = torch.autograd.grad(per_sample.sum(), student)
+            return gradient
         student = student_logits.detach().requires_grad_(True)
         with torch.enable_grad():
             if self.loss == "dkd":
@@ -96,7 +119,8 @@ def _mask_of(indices: Tensor, like: Tensor) -> Tensor:
 class OutputGradientAnnotator:
     """Data-sensitive annotation (DPSD Eq. 3, DPDFD): bounded output gradient + Gaussian noise.
 
-    y_i = softmax(z_i - step * (bound(g_i) + N(0, (sigma * beta)^2 I))) where z_i are the student's logits.
+    y_i = softmax(z_i - step * (bound(g_i) + N(0, (sigma * beta)^2 I))) where z_i are the student's logits, or with
+    the gradient in probability space y_i = p_i - step * (...) (`gradient.space`, `gradient_targets`).
     An ensemble's M bounded gradients are summed before the one noise draw and the sum divided by M (FedDPSD,
     DPDFD's multi-teacher extension): one example changes one member, so the sensitivity stays 2 * beta.
     """
@@ -117,7 +141,7 @@ class OutputGradientAnnotator:
         gradients = self.gradient(members.reshape(-1, classes), student_logits.repeat(count, 1))
         bounded = bounded_output_gradient(gradients, self.beta, self.top_k, self.operation).view(members.shape).sum(0)
         noisy = bounded + self.noise.normal(bounded.shape, self.sigma * self.beta, bounded.device)
-        return gradient_targets(student_logits, noisy, self.step, count)
+        return gradient_targets(student_logits, noisy, self.step, count, self.gradient.space)
 
 
 @dataclass

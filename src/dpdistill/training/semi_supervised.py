@@ -24,10 +24,10 @@ from torch import Tensor
 from dpdistill.data.augment import shift_and_flip, strong_augment
 from dpdistill.errors import ConfigError
 from dpdistill.evaluation.metrics import accuracy
-from dpdistill.losses.tangent_normal import tangent_normal_loss, tangent_normal_views
+from dpdistill.losses.tangent_normal import FEATURE_DISTANCES, tangent_normal_loss, tangent_normal_views
 from dpdistill.models.base import Classifier
 from dpdistill.progress import Progress
-from dpdistill.training.teacher import fresh_classifier
+from dpdistill.training.teacher import SCHEDULES, fresh_classifier
 from dpdistill.training.vae import VaeConfig, fit_vae
 
 REGULARIZERS = ("fixmatch", "tangent-normal")
@@ -49,6 +49,9 @@ class ConsistencyConfig:
     entropy_weight: float = 1.0  # tangent-normal: of the predictions' entropy on the reconstructions
     vae: VaeConfig = VaeConfig()
     lr: float = 1e-3
+    schedule: str = "cosine"  # the learning rate's decay to zero: cosine, or linear (DGD's student)
+    feature_distance: str = "normalized"  # tangent-normal: squared distances between L2-normalised features, the
+    # reconstruction's a fixed target, or "raw" (DGD's Eq. 6 as written: the features themselves, all three learning)
     augment_shift: int = 2  # the easy view's shift
     init: str | None = None  # start from this pretrained encoder (`dpdistill pretrain`), not random weights
     seed: int = 0
@@ -66,6 +69,14 @@ class ConsistencyConfig:
                               f"{', '.join(REGULARIZERS)}")
         if min(self.tangent_radius, self.normal_radius, self.entropy_weight) < 0:
             raise ConfigError("the tangent and normal radii and the entropy weight must not be negative")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"unknown learning-rate schedule {self.schedule!r}; choose {' or '.join(SCHEDULES)}")
+        if self.feature_distance not in FEATURE_DISTANCES:
+            raise ConfigError(f"unknown feature distance {self.feature_distance!r}; choose "
+                              f"{' or '.join(FEATURE_DISTANCES)}")
+        if self.feature_distance != "normalized" and self.regularizer != "tangent-normal":
+            raise ConfigError(f"feature-distance {self.feature_distance} applies to tangent-normal training, not "
+                              f"{self.regularizer}")
         if self.weight < 0 or not self.lr > 0:
             raise ConfigError(f"the consistency weight must not be negative and lr must be positive, got "
                               f"{self.weight} and {self.lr}")
@@ -106,7 +117,7 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
     if tangent_normal and triples is None:
         triples, vae_report = manifold_triples(unlabelled, config, progress)
     model, optimizer, schedule = fresh_classifier(config.arch, tuple(images.shape[1:]), num_classes, config.lr,
-                                                  config.steps, config.seed, device, config.init)
+                                                  config.steps, config.seed, device, config.init, config.schedule)
     images, labels, unlabelled = images.to(device), labels.to(device), unlabelled.to(device)
     triples = triples.to(device) if tangent_normal else None
     labelled_count, unlabelled_count = config.batch_size, config.batch_size * config.unlabelled_ratio
@@ -133,7 +144,8 @@ def train_consistency(images: Tensor, labels: Tensor, unlabelled: Tensor, x_test
             labelled_features, triple_features = features.split([labelled_count, 3 * unlabelled_count])
             labelled_logits = model.classify(labelled_features)
             centre_logits = model.classify(triple_features[:unlabelled_count])
-            unlabelled_term = tangent_normal_loss(triple_features, centre_logits, config.entropy_weight)
+            unlabelled_term = tangent_normal_loss(triple_features, centre_logits, config.entropy_weight,
+                                                  config.feature_distance == "raw")
         loss = F.cross_entropy(labelled_logits, labels[chosen]) + config.weight * unlabelled_term
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -62,18 +62,24 @@ class TeacherConfig:
         return max(self.epochs, self.min_steps)
 
 
+SCHEDULES = ("cosine", "linear")  # how a classifier's learning rate decays to zero over its steps
+
+
 def fresh_classifier(arch: str, in_shape: tuple[int, ...], num_classes: int, lr: float, total_steps: int,
-                     seed: int, device: torch.device, init: str | None = None
+                     seed: int, device: torch.device, init: str | None = None, schedule: str = "cosine"
                      ) -> tuple[Classifier, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """A seeded new classifier (random, or a copy of the pretrained encoder at `init`) with Adam, its learning
-    rate decayed by a cosine to zero over `total_steps`: the recipe of every supervised and semi-supervised
-    training here."""
+    rate decayed to zero over `total_steps` by a cosine (the recipe of every supervised and semi-supervised
+    training here) or linearly (DGD's student)."""
     torch.manual_seed(seed)
     model = build_classifier(arch, in_shape, num_classes)
     if init is not None:
         model.load_state_dict(load_encoder(Path(init), arch, in_shape, num_classes).state_dict())
     model = model.to(device)
-    return model, *_adam_with_cosine(list(model.parameters()), lr, 0.0, total_steps)
+    optimizer, cosine = _adam_with_cosine(list(model.parameters()), lr, 0.0, total_steps)
+    if schedule == "linear":
+        return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / total_steps)
+    return model, optimizer, cosine
 
 
 def _adam_with_cosine(parameters: list[torch.Tensor], lr: float, weight_decay: float, total_steps: int
