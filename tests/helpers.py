@@ -1,7 +1,7 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
 of IDX files, a sample source as `dpdistill synthesize` writes it, costly fixtures built once for all workers, and
-the benchmark harness as a module."""
+the benchmark harness as a module, a user's model written in two files."""
 
 from __future__ import annotations
 
@@ -160,6 +160,35 @@ def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_mul
               "privacy": {key: value for key, value in section.items() if value is not None}}
     (directory / "report.json").write_text(json.dumps(report))
     return directory
+
+
+TWO_FILE_MODEL = {
+    "blocks.py": (
+        "from torch import nn\n\n\n"
+        "class ConvBlock(nn.Module):\n"
+        "    def __init__(self, cin, cout):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)\n"
+        "        self.bn = nn.BatchNorm2d(cout)\n"
+        "        self.act = nn.ReLU(inplace=True)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.act(self.bn(self.conv(x)))\n"),
+    "scannet.py": (
+        "from torch import nn\n\nfrom blocks import ConvBlock\n\n\n"
+        "def build(in_shape, num_classes):\n"
+        "    return nn.Sequential(ConvBlock(in_shape[0], 8), nn.MaxPool2d(2), ConvBlock(8, 8),\n"
+        "                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))\n"),
+}
+
+
+def write_two_file_model(folder: Path, files: dict[str, str] | None = None) -> str:
+    """A user's model in `folder` as people write one: scannet.py's factory imports ConvBlock (Conv2d, BatchNorm2d,
+    ReLU(inplace=True)) from the module blocks.py beside it; `files` replace or add files. Its
+    `--student-arch`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in {**TWO_FILE_MODEL, **(files or {})}.items():
+        (folder / name).write_text(text)
+    return f"{folder / 'scannet.py'}:build"
 
 
 def assert_confusion_matches_accuracy(report: dict, out: Path, classes: int) -> None:
