@@ -27,7 +27,7 @@ ENSEMBLE_STATE = "resume"  # an ensemble's resumable state, beside its members (
 RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.png|training\.png|answers\.png|confusion\.png|scores\.png|inversion\.png|route|teacher|"
                          r"(latents|answers)\.safetensors|synthetic\.npz|(model|student|generator|encoder|heads)\.(safetensors|json)|"
                          rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
-                         r"member-\d{3,})(\.tmp)?")
+                         r"member-\d{3,}|code)(\.tmp)?")
 
 
 def release_state(out_dir: Path) -> Path:

@@ -5,12 +5,14 @@ import copy
 import io
 import multiprocessing
 import pickle
+import shutil
 
 import pytest
 import torch
 from opacus.validators import ModuleValidator
 
 from dpdistill.errors import ConfigError
+from dpdistill.models.checkpoint import load_classifier, save_model
 from dpdistill.models.registry import build_classifier
 from helpers import write_two_file_model
 
@@ -74,3 +76,16 @@ def test_two_model_folders_never_mix_modules_of_one_name(tmp_path):
              "nn.Linear(64, num_classes))\n"
     spec = write_two_file_model(tmp_path / "unused", {"scannet.py": unused, "blocks.py": "raise SystemExit\n"})
     assert build_classifier(spec, SHAPE, 10)  # a module of the same name it never imports is no clash
+
+
+def test_a_saved_model_keeps_its_code_and_loads_without_the_folder_it_was_built_from(tmp_path):
+    spec = write_two_file_model(tmp_path / "mycode")
+    model = build_classifier(spec, SHAPE, 10)
+    meta = {"kind": "classifier", "arch": spec, "in_shape": list(SHAPE), "num_classes": 10}
+    save_model(tmp_path / "run", model, meta, name="student")
+    shutil.rmtree(tmp_path / "mycode")
+    loaded, saved = load_classifier(tmp_path / "run", "student")
+    assert saved["arch"] == "code/scannet.py:build" and saved["factory"]["copied_from"] == spec.rpartition(":")[0]
+    assert sorted(path.name for path in (tmp_path / "run" / "code").iterdir()) == ["blocks.py", "scannet.py"]
+    x = torch.randn(2, *SHAPE)
+    assert torch.equal(logits(loaded, x), logits(model, x))

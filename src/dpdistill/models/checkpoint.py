@@ -9,8 +9,9 @@ may be a user's `module.path:callable`, re-imported on load), plus `members` and
 ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
 whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
-A model brought in by `dpdistill import-teacher` carries `factory` (`file`: its factory's source, copied into the
-directory and run again on load, and `callable`; or `reference`: a `module:callable` imported by name) and
+A model whose `arch` is a factory file (`file.py:callable`) carries `factory` (`file`: its factory's source, copied
+into the directory with the code beside it, models/code.py, and run again on load, and `callable`); one brought in
+by `dpdistill import-teacher` may instead carry a `reference` (a `module:callable` imported by name), and carries its
 `input_transform` (models/transform.py). A model started from a pretrained encoder carries `init` (the encoder's
 directory), `pretrained_on` and `public_pool` (the encoder's public images, data/public.py PoolSource); a PATE
 student, the `public_pool` it learnt from. Weights holding NaN or infinite values are refused on every load.
@@ -30,6 +31,7 @@ from torch import Tensor, nn
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.base import Classifier
+from dpdistill.models.code import factory_code, is_factory_file, keep_factory
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.models.transform import InputTransform, TransformedClassifier
@@ -47,8 +49,10 @@ def _meta_names(name: str) -> list[str]:
 
 
 def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER) -> None:
-    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys)."""
+    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys), and the
+    code of a user's factory file beside them."""
     directory.mkdir(parents=True, exist_ok=True)
+    meta = _with_code_kept(directory, meta)
     tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
     text = json.dumps(meta, indent=2)
     # One header entry: safetensors writes its metadata map in hash order, so two entries would make the bytes of
@@ -60,6 +64,16 @@ def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: st
     for file_name in _meta_names(name):
         writers[directory / file_name] = lambda path: path.write_text(text)
     write_atomically(writers)
+
+
+def _with_code_kept(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The description of a model built by a factory file, its code copied into `directory` (CODE_DIR) and `arch`
+    pointing there, so the model loads without the folder it was built from; other descriptions as they are."""
+    arch = meta.get("arch")
+    if not isinstance(arch, str) or not is_factory_file(arch) or "factory" in meta:
+        return meta
+    arch, factory = keep_factory(arch, factory_code(arch), directory)
+    return {**meta, "arch": arch, "factory": factory}
 
 
 def read_meta(directory: Path, name: str) -> dict[str, Any]:

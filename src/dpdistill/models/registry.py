@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
-from dpdistill.models.code import code_beside, is_factory_file
+from dpdistill.models.code import code_beside, factory_code, is_factory_file
 from dpdistill.models.classifiers import ConvNet, DataLensStudent, resnet18, resnet34
 from dpdistill.models.generator import Generator
 from dpdistill.models.scattering import ScatterCNN, ScatterLinear
@@ -141,8 +141,10 @@ def _factory_arguments(factory: Callable[..., Any], in_shape: tuple[int, int, in
 
 def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classes: int,
                            **options: Any) -> Classifier:
-    """Build, adapt and smoke-test a user model, so a mistake fails here rather than mid-training."""
+    """Build, adapt and smoke-test a user model, so a mistake fails here rather than mid-training (or, for a
+    factory file whose code is too large to keep beside the saved model, when it is saved)."""
     factory = _import_factory(spec)
+    factory_code(spec)
     arguments = {**_factory_arguments(factory, in_shape, num_classes), **options}
     try:
         with _code_of(spec):  # a factory may import the modules beside it when called
