@@ -1,7 +1,7 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
 of IDX files, a sample source as `dpdistill synthesize` writes it, costly fixtures built once for all workers, and
-the benchmark harness as a module, a user's model written in two files."""
+the benchmark harness as a module, a user's model written in two files, the CLI in a fresh process."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +25,7 @@ import dp_accounting
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
+import dpdistill
 from dpdistill.data.idx import write_idx
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.accounting import GaussianQuery
@@ -189,6 +192,14 @@ def write_two_file_model(folder: Path, files: dict[str, str] | None = None) -> s
     for name, text in {**TWO_FILE_MODEL, **(files or {})}.items():
         (folder / name).write_text(text)
     return f"{folder / 'scannet.py'}:build"
+
+
+def dpdistill_elsewhere(cwd: Path, *args) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process whose working directory and PYTHONPATH know nothing of a factory's folder."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(dpdistill.__file__).resolve().parents[1])
+    return subprocess.run([sys.executable, "-m", "dpdistill.cli.main", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def assert_confusion_matches_accuracy(report: dict, out: Path, classes: int) -> None:

@@ -23,3 +23,8 @@ class BudgetExceededError(DpDistillError):
 
 class ConfigError(DpDistillError):
     """A configuration value is invalid."""
+
+
+class Note(UserWarning):
+    """A change a run made that its user should know of (a layer of their model replaced): the CLI prints it as one
+    `note:` line on stderr, the report keeps it."""

@@ -6,10 +6,12 @@ dpdfd_direct.py)."""
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dpdistill.data import load_dataset
+from dpdistill.errors import Note
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import UncoveredRead, reproducible_noise_read
@@ -19,7 +21,7 @@ from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.reporting.report import save_accuracy_curve
 from dpdistill.training.private import (TRAINERS, PrivateTrainingConfig, declared_train_size,
-                                       plan_private_training, selection_note)
+                                       plan_private_training, selection_note, student_change)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -65,8 +67,12 @@ class PrivateTrainingJob(Job):
         started = time.perf_counter()
         self.private_plan = plan_private_training(config, train_size)
         self.planning_seconds = time.perf_counter() - started
+        # builds the student and, for DP-SGD, passes two blank inputs through its per-example path: a student that
+        # cannot be trained is refused here, before any ledger entry
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)
+        for change in self.trainer.fixes:
+            warnings.warn(student_change(change), Note)
         self.uncovered = reproducible_noise_read(config.reproducible_noise) + (
             [] if method.student_read is None else [method.student_read])
         # the data set's ledger records every step, under replace-one; a total it would exceed refuses the run here
@@ -84,8 +90,8 @@ class PrivateTrainingJob(Job):
                   "measured_on": self.trainer.measured_on,
                   "timing": {"wall_seconds": result.wall_seconds, "planning_seconds": self.planning_seconds},
                   "history": result.history,
-                  "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
-                            for fix in result.fixes] + [note for note in (selection_note(config),) if note]}
+                  "notes": [student_change(fix) for fix in result.fixes] +
+                           [note for note in (selection_note(config),) if note]}
         return Outcome(
             report=report, privacy={**result.privacy, "formal_guarantee": True},  # stated either way in this report
             covers=method.covers + (PUBLIC_START if config.student_init else ""),

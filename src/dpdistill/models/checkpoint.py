@@ -8,7 +8,8 @@ rebuilds the model: `arch`, `arch_options`, `in_shape`, `num_classes` for a clas
 may be a user's `module.path:callable`, re-imported on load), plus `members` and `feature_dim` for a head
 ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
-whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
+whose layers had to be made per-example (BatchNorm -> GroupNorm, in-place activations out of place:
+models/per_example.py) carries `opacus_fixed: true`, and is rebuilt so.
 A model whose `arch` is a factory file (`file.py:callable`) carries `factory` (`file`: its factory's source, copied
 into the directory with the code beside it, models/code.py, and run again on load, and `callable`); one brought in
 by `dpdistill import-teacher` may instead carry a `reference` (a `module:callable` imported by name), and carries its
@@ -33,6 +34,7 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.base import Classifier
 from dpdistill.models.code import factory_code, is_factory_file, keep_factory
 from dpdistill.models.generator import Generator
+from dpdistill.models.per_example import per_example
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.models.transform import InputTransform, TransformedClassifier
 
@@ -192,9 +194,7 @@ def rebuild_classifier(meta: dict[str, Any]) -> Classifier:
     if meta.get("input_transform"):
         model = TransformedClassifier(model, InputTransform(meta["input_transform"], int(in_shape[0])))
     if meta.get("opacus_fixed"):
-        from opacus.validators import ModuleValidator  # only such checkpoints need Opacus
-
-        model = ModuleValidator.fix(model)
+        model, _ = per_example(model)
     return model
 
 
