@@ -12,7 +12,8 @@ from dpdistill.privacy.ledger import DatasetLedger
 from dpdistill.training.private import PrivateTrainingConfig
 from helpers import TWO_FILE_MODEL, write_two_file_model
 
-TINY = {"dataset": "digits", "epsilon": 10.0, "epochs": 1, "batch_size": 64}
+DIGITS_TRAIN = 1437
+TINY = {"dataset": "digits", "epsilon": 10.0, "epochs": 1, "batch_size": 64, "lr": 3e-3}
 
 UNUSED_LAYER = ("from torch import nn\n\nfrom blocks import ConvBlock\n\n\n"
                 "class Net(nn.Module):\n"
@@ -28,6 +29,20 @@ UNUSED_LAYER = ("from torch import nn\n\nfrom blocks import ConvBlock\n\n\n"
 IN_PLACE_IN_ITS_OWN_CODE = TWO_FILE_MODEL["blocks.py"].replace(
     "from torch import nn", "import torch.nn.functional as F\nfrom torch import nn").replace(
     "return self.act(self.bn(self.conv(x)))", "return F.relu(self.bn(self.conv(x)), inplace=True)")
+
+
+def test_a_student_of_ones_own_needs_its_schedule_or_accepts_the_defaults(tmp_path: Path):
+    """The default schedule was measured for the registered students: on one's own model it is refused when the run
+    is configured, before anything is read or written, unless given or accepted."""
+    spec = write_two_file_model(tmp_path / "mycode")
+    for given in ({}, {"epochs": 10}, {"lr": 3e-3}):
+        with pytest.raises(ConfigError, match=r"no DP-SGD schedule is measured for .*--accept-defaults") as refused:
+            PrivateTrainingConfig(dataset="digits", epsilon=1.0, student_arch=spec, **given)
+        assert "\n" not in str(refused.value)
+    accepted = PrivateTrainingConfig(dataset="digits", epsilon=1.0, student_arch=spec, accept_defaults=True)
+    assert (accepted.epochs, accepted.fitted(DIGITS_TRAIN).lr) == (3, 1e-3)
+    assert PrivateTrainingConfig(dataset="digits", epsilon=1.0, student_arch=spec, epochs=10, lr=3e-3).epochs == 10
+    assert PrivateTrainingConfig(dataset="digits", epsilon=1.0, student_arch="cnn").epochs == 3  # measured
 
 
 @pytest.mark.slow

@@ -178,13 +178,18 @@ def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classe
     return model
 
 
+def is_user_arch(arch: str | None) -> bool:
+    """Whether `arch` names a user's own model (`module.path:callable` or `file.py:callable`), not a registered one."""
+    return arch is not None and ":" in arch
+
+
 def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int, **options: Any) -> Classifier:
     """A fresh classifier; `arch` is a registered name, `module.path:callable` or `file.py:callable` (called with
     those of in_shape and num_classes it accepts)."""
     shape = tuple(int(v) for v in in_shape)
     if len(shape) != 3:
         raise ConfigError(f"input shape must be (channels, height, width), got {tuple(in_shape)}")
-    if ":" in arch:
+    if is_user_arch(arch):
         return _build_user_classifier(arch, shape, num_classes, **options)
     if arch not in CLASSIFIERS:
         raise ConfigError(f"unknown architecture {arch!r}: choose one of {', '.join(CLASSIFIERS)} "

@@ -68,7 +68,7 @@ from dpdistill.training.state import load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
 from dpdistill.models.features import frozen_features
 from dpdistill.models.per_example import first_line, layer_names, per_example
-from dpdistill.models.registry import build_classifier, has_fixed_backbone
+from dpdistill.models.registry import build_classifier, has_fixed_backbone, is_user_arch
 from dpdistill.privacy.accounting import (
     ADD_REMOVE,
     NEIGHBOURING_RELATIONS,
@@ -182,9 +182,20 @@ class PrivateTrainingConfig:
     reproducible_noise: bool = setting(False, "debugging only, NO privacy guarantee: draw the noise and the Poisson "
                                               "sampling from --seed, so the run repeats", show_default=False)
     device: str = setting("cpu", "cpu or cuda")
+    accept_defaults: bool = setting(False, "train a student of your own (module:callable, file.py:callable) on the "
+                                           "default schedule, measured for the registered students only",
+                                    show_default=False)
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
+        unmeasured = is_user_arch(self.student_arch) and (self.epochs is None or self.lr is None)
+        if unmeasured and not self.accept_defaults:
+            raise ConfigError(f"no DP-SGD schedule is measured for {self.student_arch}, a student of your own: the "
+                              f"default one (3 epochs of batch 256, Adam at lr 1e-3) was measured for the registered "
+                              f"students, and a model that needs more steps or takes more noise per step spends the "
+                              f"budget for little on it (docs/methods/dpsgd.md); give its schedule with --epochs and "
+                              f"--lr, chosen on public data or a held-out part of yours (not the test split), or pass "
+                              f"--accept-defaults to spend the budget on the defaults anyway")
         if self.student_arch is None:
             object.__setattr__(self, "student_arch", STUDENT_DEFAULT if self.student_init is None
                                else ENCODER_STUDENT_DEFAULT)
