@@ -5,9 +5,9 @@ The factory is `path/to/file.py:callable` or `module.path:callable`, called with
 `num_classes` it accepts. A file is copied into the teacher's directory with the Python code beside it (its
 folder's .py files, the folder above its outermost package's where it is in one, or those of a folder named with
 `code`: models/code.py), and run from there on every load with that code importable (`from mynet import Net` at the
-top of the file), so later commands work from any working directory and without PYTHONPATH. A `module:callable` stays a reference: the module must be importable wherever the teacher
-is loaded (an installed package). Either way the factory is code the user chose to run; the weights are never
-unpickled.
+top of the file), so later commands work from any working directory and without PYTHONPATH. A `module:callable`
+stays a reference: the module must be importable wherever the teacher is loaded (an installed package). Either way
+the factory is code the user chose to run; the weights are never unpickled.
 """
 
 from __future__ import annotations
