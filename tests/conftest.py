@@ -3,6 +3,7 @@ built once per test run (helpers.built_once: by whichever pytest-xdist worker as
 copy)."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,20 @@ def _ledgers_of_the_session(tmp_path_factory):
     """The data sets' ledgers of this session's runs, apart from the machine's own (a total a test sets there
     would refuse other runs)."""
     os.environ["DPDISTILL_LEDGER_HOME"] = str(tmp_path_factory.mktemp("ledgers"))
+
+
+@pytest.fixture(autouse=True)
+def _model_code_forgotten(monkeypatch):
+    """Each test's user model code is its own: the modules loaded beside a factory file (which models/code.py keeps
+    for the life of the process) and their folders on sys.path are forgotten after the test, so that another test's
+    module of the same name is not refused as a clash."""
+    from dpdistill.models import code
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for name in [name for name in sys.modules if name.partition(".")[0] in code.LOADED_CODE]:
+        del sys.modules[name]
+    code.LOADED_CODE.clear()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Shared by the tests: privacy figures computed without dpdistill (closed-form Gaussian DP, randomized response
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
 of IDX files, a folder of images by class, a sample source as `dpdistill synthesize` writes it, costly fixtures
-built once for all workers, and the benchmark harness as a module."""
+built once for all workers, the benchmark harness as a module, a user's model written in two files, the CLI in a
+fresh process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -24,6 +27,7 @@ from PIL import Image
 from dp_accounting import gaussian_mechanism
 from torch import Tensor, nn
 
+import dpdistill
 from dpdistill.data.idx import write_idx
 from dpdistill.models.ensemble import TeacherEnsemble
 from dpdistill.privacy.accounting import GaussianQuery
@@ -177,6 +181,43 @@ def write_sample_source(directory: Path, x: np.ndarray, y: np.ndarray, noise_mul
               "privacy": {key: value for key, value in section.items() if value is not None}}
     (directory / "report.json").write_text(json.dumps(report))
     return directory
+
+
+TWO_FILE_MODEL = {
+    "blocks.py": (
+        "from torch import nn\n\n\n"
+        "class ConvBlock(nn.Module):\n"
+        "    def __init__(self, cin, cout):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)\n"
+        "        self.bn = nn.BatchNorm2d(cout)\n"
+        "        self.act = nn.ReLU(inplace=True)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.act(self.bn(self.conv(x)))\n"),
+    "scannet.py": (
+        "from torch import nn\n\nfrom blocks import ConvBlock\n\n\n"
+        "def build(in_shape, num_classes):\n"
+        "    return nn.Sequential(ConvBlock(in_shape[0], 8), nn.MaxPool2d(2), ConvBlock(8, 8),\n"
+        "                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))\n"),
+}
+
+
+def write_two_file_model(folder: Path, files: dict[str, str] | None = None) -> str:
+    """A user's model in `folder` as people write one: scannet.py's factory imports ConvBlock (Conv2d, BatchNorm2d,
+    ReLU(inplace=True)) from the module blocks.py beside it; `files` replace or add files. Its
+    `--student-arch`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in {**TWO_FILE_MODEL, **(files or {})}.items():
+        (folder / name).write_text(text)
+    return f"{folder / 'scannet.py'}:build"
+
+
+def dpdistill_elsewhere(cwd: Path, *args) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process whose working directory and PYTHONPATH know nothing of a factory's folder."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(dpdistill.__file__).resolve().parents[1])
+    return subprocess.run([sys.executable, "-m", "dpdistill.cli.main", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def assert_confusion_matches_accuracy(report: dict, out: Path, classes: int) -> None:

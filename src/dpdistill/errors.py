@@ -27,3 +27,8 @@ class ConfigError(DpDistillError):
 
 class DistributedError(DpDistillError):
     """A process of a run on several processes failed (every other process of the run is then stopped)."""
+
+
+class Note(UserWarning):
+    """A change a run made that its user should know of (a layer of their model replaced): the CLI prints it as one
+    `note:` line on stderr, the report keeps it."""

@@ -304,7 +304,8 @@ def import_teacher(factory: str, weights: Path, dataset_name: str, out_dir: Path
 
     `overwrite` replaces the teacher files of a non-empty `out_dir` and keeps its release ledger: releases made
     from the private model it held still count."""
-    from dpdistill.models.imported import factory_code, import_classifier, keep_factory
+    from dpdistill.models.code import factory_code, keep_factory
+    from dpdistill.models.imported import import_classifier
 
     _check_import_out(out_dir, overwrite)
     dataset = load_dataset(dataset_name)

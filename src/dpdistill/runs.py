@@ -28,7 +28,7 @@ RUN_OUTPUTS = re.compile(r"(report\.(json|md)|config\.json|meta\.json|samples\.p
                          r"(latents|answers)\.safetensors|synthetic\.npz|(model|student|generator|encoder|heads)\.(safetensors|json)|"
                          rf"{re.escape(ENSEMBLE_FILE)}|{re.escape(PARTITION_KEY_FILE)}|{PRIVATE_DIR}|{ENSEMBLE_STATE}|"
                          rf"{re.escape(LEDGER_FILE)}|{re.escape(LOCK_FILE)}|"
-                         r"member-\d{3,})(\.tmp)?")
+                         r"member-\d{3,}|code)(\.tmp)?")
 
 
 def release_state(out_dir: Path) -> Path:

@@ -2,10 +2,7 @@
 any directory, without the factory's folder on PYTHONPATH."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +15,9 @@ from dpdistill.cli.main import app
 from dpdistill.data import load_dataset
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.privacy.ledger import ReleaseLedger
+from helpers import dpdistill_elsewhere
 
 runner = CliRunner()
-SRC = Path(dpdistill.__file__).resolve().parents[1]
 
 
 def invoke(*args):
@@ -30,14 +27,6 @@ def invoke(*args):
 def import_args(factory: Path, weights: Path, out: Path, *extra) -> list:
     return ["import-teacher", "--factory", f"{factory}:small_resnet", "--weights", weights, "--dataset", "digits",
             "--out", out, *extra]
-
-
-def dpdistill_elsewhere(cwd: Path, *args) -> subprocess.CompletedProcess:
-    """The CLI in a fresh process whose working directory and PYTHONPATH know nothing of the factory's folder."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(SRC)
-    return subprocess.run([sys.executable, "-m", "dpdistill.cli.main", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow

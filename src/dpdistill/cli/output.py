@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dpdistill.errors import DpDistillError
+from dpdistill.errors import DpDistillError, Note
 from dpdistill.progress import ProgressDisplay
 
 console = Console(stderr=True)  # errors and warnings: one line each, always
@@ -27,7 +27,7 @@ QUIET = typer.Option(False, "--quiet", "-q", show_default=False,
 
 def clear_errors(command: Callable) -> Callable:
     """Turn the library's user-facing errors into one 'error: ...' line on stderr and exit code 2, and warnings
-    into one 'warning: ...' line each; give the command --quiet."""
+    into one 'warning: ...' line each (a `Note`, one 'note: ...' line); give the command --quiet."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, quiet: bool = False, **kwargs: Any) -> Any:
@@ -35,7 +35,8 @@ def clear_errors(command: Callable) -> Callable:
         summary.quiet = quiet
         try:
             with warnings.catch_warnings():  # a library's Python warning too: one line, not its source location
-                warnings.showwarning = lambda message, *_: warn(str(message))
+                warnings.showwarning = lambda message, category, *_: (note if issubclass(category, Note)
+                                                                       else warn)(str(message))
                 return command(*args, **kwargs)
         except DpDistillError as error:
             console.print(f"[bold red]error:[/] {_one_line(str(error))}", highlight=False, soft_wrap=True)
@@ -56,6 +57,10 @@ def clear_errors(command: Callable) -> Callable:
 
 def warn(message: str) -> None:
     console.print(f"[bold yellow]warning:[/] {_one_line(message)}", highlight=False, soft_wrap=True)
+
+
+def note(message: str) -> None:
+    console.print(f"[bold]note:[/] {_one_line(message)}", highlight=False, soft_wrap=True)
 
 
 def _one_line(message: str) -> str:

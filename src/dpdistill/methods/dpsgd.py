@@ -80,7 +80,7 @@ COMMAND = CommandSpec(
                  "method", "epsilon", "delta", "sigma", "max_grad_norm", "beta", "target_step", "student_arch",
                  "epochs", "batch_size", "lr", "optimizer", "momentum", "student_init", "train_layers", "public",
                  "public_size", "dataset_size", "count_share", "relation", "seed", "reproducible_noise", "device",
-                 "processes")),
+                 "processes", "accept_defaults")),
              resume_option("continue the interrupted run in --out with its saved settings (other options are then "
                            "ignored)"), OVERWRITE_OPTION),
     configure=_configure,

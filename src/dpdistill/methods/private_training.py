@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dpdistill.data import load_dataset
+from dpdistill.errors import ConfigError, Note
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
@@ -20,10 +22,10 @@ from dpdistill.reporting.private_training import private_training_markdown
 from dpdistill.reporting.report import PRIVATE_DIR
 from dpdistill.runs import release_state, saved_config
 from dpdistill.reporting.report import save_accuracy_curve
-from dpdistill.errors import ConfigError
 from dpdistill.training.distributed import Group
 from dpdistill.training.private import (TRAINERS, PrivatePlan, PrivateTrainingConfig, plan_private_training,
-                                       public_train_size, training_selection_notes, with_public_size)
+                                       public_train_size, student_change, training_selection_notes,
+                                       with_public_size)
 
 PUBLIC_START = "; its starting encoder saw public images only"
 
@@ -71,8 +73,12 @@ class PrivateTrainingJob(Job):
         self.private_plan = plan_private_training(config, train_size)
         self.planning_seconds = time.perf_counter() - started
         share_plan(config, self.private_plan)
+        # builds the student and, for DP-SGD, passes two blank inputs through its per-example path: a student that
+        # cannot be trained is refused here, before any ledger entry
         self.trainer = TRAINERS[config.method](config, self.dataset, self.private_plan, out_dir / PRIVATE_DIR,
                                                progress)
+        for change in self.trainer.fixes:
+            warnings.warn(student_change(change), Note)
         self.uncovered = reproducible_noise_read(config.reproducible_noise) + (
             [] if method.student_read is None else [method.student_read])
         # the data set's ledger records every step, under replace-one; a total it would exceed refuses the run here
@@ -98,8 +104,7 @@ class PrivateTrainingJob(Job):
                   # the training's wall time grows with the private count: the private record's
                   "timing": {"planning_seconds": self.planning_seconds, "processes": config.processes},
                   "history": result.history,
-                  "notes": [f"Opacus' ModuleValidator.fix changed the student (saved so, rebuilt so on load): {fix}"
-                            for fix in result.fixes]}
+                  "notes": [student_change(fix) for fix in result.fixes]}
         privacy = with_selection({**result.privacy, "formal_guarantee": True},  # stated either way in this report
                                  training_selection_notes(config, dataset.digest))
         return Outcome(

@@ -9,9 +9,11 @@ may be a user's `module.path:callable`, re-imported on load) and `class_names` (
 `num_classes` is; models saved before it have none), plus `members` and `feature_dim` for a head
 ensemble (its encoder's description, with M linear heads); `latent_dim`, `out_shape`, `width` for a generator. Callers add
 provenance (`dataset`, `normalisation`, `dpdistill_version`), stored as given. A classifier trained with Opacus
-whose layers had to be made per-example (BatchNorm -> GroupNorm) carries `opacus_fixed: true`, and is rebuilt so.
-A model brought in by `dpdistill import-teacher` carries `factory` (`file`: its factory's source, copied into the
-directory and run again on load, and `callable`; or `reference`: a `module:callable` imported by name) and
+whose layers had to be made per-example (BatchNorm -> GroupNorm, in-place activations out of place:
+models/per_example.py) carries `opacus_fixed: true`, and is rebuilt so.
+A model whose `arch` is a factory file (`file.py:callable`) carries `factory` (`file`: its factory's source, copied
+into the directory with the code beside it, models/code.py, and run again on load, and `callable`); one brought in
+by `dpdistill import-teacher` may instead carry a `reference` (a `module:callable` imported by name), and carries its
 `input_transform` (models/transform.py). A model started from a pretrained encoder carries `init` (the encoder's
 directory), `pretrained_on` and `public_pool` (the encoder's public images, data/public.py PoolSource); a PATE
 student, the `public_pool` it learnt from. Weights holding NaN or infinite values are refused on every load. A DP
@@ -33,7 +35,9 @@ from torch import Tensor, nn
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.models.base import Classifier
+from dpdistill.models.code import factory_code, is_factory_file, keep_factory
 from dpdistill.models.generator import Generator
+from dpdistill.models.per_example import per_example
 from dpdistill.models.registry import build_classifier, build_generator
 from dpdistill.models.transform import InputTransform, TransformedClassifier
 
@@ -55,9 +59,11 @@ def _meta_names(name: str) -> list[str]:
 
 def save_model(directory: Path, model: nn.Module, meta: dict[str, Any], name: str = TEACHER,
                provenance: Provenance | None = None) -> None:
-    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys); with
-    `provenance` (a DP release's), the description carries it, bound to these weights' digest."""
+    """Write `<name>.safetensors` and its JSON description (see the module docstring for the meta keys), and the
+    code of a user's factory file beside them; with `provenance` (a DP release's), the description carries it, bound
+    to these weights' digest."""
     directory.mkdir(parents=True, exist_ok=True)
+    meta = _with_code_kept(directory, meta)
     tensors = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
     # One header entry: safetensors writes its metadata map in hash order, so two entries would make the bytes of
     # identical saves differ from run to run.
@@ -77,6 +83,16 @@ def description_path(directory: Path, name: str) -> Path:
     names = _meta_names(name)
     return next((directory / file_name for file_name in names if (directory / file_name).exists()),
                 directory / names[-1])
+
+
+def _with_code_kept(directory: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The description of a model built by a factory file, its code copied into `directory` (CODE_DIR) and `arch`
+    pointing there, so the model loads without the folder it was built from; other descriptions as they are."""
+    arch = meta.get("arch")
+    if not isinstance(arch, str) or not is_factory_file(arch) or "factory" in meta:
+        return meta
+    arch, factory = keep_factory(arch, factory_code(arch), directory)
+    return {**meta, "arch": arch, "factory": factory}
 
 
 def read_meta(directory: Path, name: str) -> dict[str, Any]:
@@ -206,9 +222,7 @@ def rebuild_classifier(meta: dict[str, Any]) -> Classifier:
     if meta.get("input_transform"):
         model = TransformedClassifier(model, InputTransform(meta["input_transform"], int(in_shape[0])))
     if meta.get("opacus_fixed"):
-        from opacus.validators import ModuleValidator  # only such checkpoints need Opacus
-
-        model = ModuleValidator.fix(model)
+        model, _ = per_example(model)
     return model
 
 

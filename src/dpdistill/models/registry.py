@@ -10,13 +10,14 @@ import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import Tensor, nn
 
 from dpdistill.errors import ConfigError
 from dpdistill.models.base import Classifier
+from dpdistill.models.code import code_beside, factory_code, is_factory_file
 from dpdistill.models.classifiers import ConvNet, DataLensStudent, resnet18, resnet34
 from dpdistill.models.generator import Generator
 from dpdistill.models.scattering import ScatterCNN, ScatterLinear
@@ -69,14 +70,10 @@ class ForeignClassifier(Classifier):
         return self.module(x)
 
 
-def is_factory_file(spec: str) -> bool:
-    """Whether `spec` names a Python file (`file.py:callable`) rather than an importable module."""
-    return spec.rpartition(":")[0].endswith(".py")
-
-
 def _import_factory(spec: str) -> Callable[..., Any]:
     """The callable `spec` names: `module.path:callable` (imported by name, so the module must be importable) or
-    `path/to/file.py:callable` (that file, run as a module of its own; nothing is added to sys.path).
+    `path/to/file.py:callable` (that file, run as a module of its own with the code beside it importable:
+    models/code.py).
 
     Either way this runs Python code the user chose to run, as any `import` does: a factory file copied into a
     checkpoint directory by `dpdistill import-teacher` is run again on every load of that checkpoint. Weights are
@@ -88,6 +85,8 @@ def _import_factory(spec: str) -> Callable[..., Any]:
     try:
         module = _load_file(Path(module_name)) if is_factory_file(spec) else importlib.import_module(module_name)
         factory = getattr(module, attribute)
+    except ConfigError:  # its code clashes with another model's (models/code.py)
+        raise
     except Exception as error:  # importing runs the user's module: whatever it raises, the fix is there
         where = "the file exists" if is_factory_file(spec) else "the module is on PYTHONPATH"
         raise ConfigError(f"cannot import architecture {spec!r} ({error}); check {where} and defines "
@@ -109,40 +108,19 @@ def _load_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, resolved)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # before running it, as `import` does: dataclasses in the file look it up there
-    with code_beside(resolved):
-        try:
+    try:
+        with code_beside(resolved):
             spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
-def code_roots(path: Path) -> list[Path]:
-    """Where the modules a factory file imports live: its own folder and, where that folder is a package (it holds
-    an __init__.py), the folder above the outermost package, as `python path` or `python -m` would find them."""
-    root = path.parent
-    while (root / "__init__.py").is_file() and root.parent != root:
-        root = root.parent
-    return list(dict.fromkeys([path.parent, root]))
-
-
-@contextlib.contextmanager
-def code_beside(path: Path) -> Iterator[None]:
-    """Run a factory file with the code beside it importable (`from mynet import Net`), then forget those modules:
-    another teacher's folder may hold a module of the same name. Its classes stay bound in the factory's module."""
-    roots = [str(root) for root in code_roots(path)]
-    before = set(sys.modules)
-    sys.path[:0] = roots
-    try:
-        yield
-    finally:
-        for root in roots:
-            sys.path.remove(root)
-        for name in set(sys.modules) - before:
-            file = getattr(sys.modules[name], "__file__", None) or ""
-            if any(file.startswith(root + "/") for root in roots) and not name.startswith("dpdistill_factory_"):
-                del sys.modules[name]
+def _code_of(spec: str) -> ContextManager[None]:
+    """What a factory file's code needs to run: the code beside it importable; nothing for a module."""
+    return code_beside(Path(spec.rpartition(":")[0]).expanduser().resolve()) if is_factory_file(spec) \
+        else contextlib.nullcontext()
 
 
 def _factory_arguments(factory: Callable[..., Any], in_shape: tuple[int, int, int], num_classes: int
@@ -163,11 +141,16 @@ def _factory_arguments(factory: Callable[..., Any], in_shape: tuple[int, int, in
 
 def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classes: int,
                            **options: Any) -> Classifier:
-    """Build, adapt and smoke-test a user model, so a mistake fails here rather than mid-training."""
+    """Build, adapt and smoke-test a user model, so a mistake fails here rather than mid-training (or, for a
+    factory file whose code is too large to keep beside the saved model, when it is saved)."""
     factory = _import_factory(spec)
+    factory_code(spec)
     arguments = {**_factory_arguments(factory, in_shape, num_classes), **options}
     try:
-        model = factory(**arguments)
+        with _code_of(spec):  # a factory may import the modules beside it when called
+            model = factory(**arguments)
+    except ConfigError:
+        raise
     except Exception as error:  # whatever user code raises, the fix is in their factory
         called = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
         raise ConfigError(f"architecture {spec!r} failed when called as {spec.rpartition(':')[2]}({called}): "
@@ -195,13 +178,18 @@ def _build_user_classifier(spec: str, in_shape: tuple[int, int, int], num_classe
     return model
 
 
+def is_user_arch(arch: str | None) -> bool:
+    """Whether `arch` names a user's own model (`module.path:callable` or `file.py:callable`), not a registered one."""
+    return arch is not None and ":" in arch
+
+
 def build_classifier(arch: str, in_shape: tuple[int, int, int], num_classes: int, **options: Any) -> Classifier:
     """A fresh classifier; `arch` is a registered name, `module.path:callable` or `file.py:callable` (called with
     those of in_shape and num_classes it accepts)."""
     shape = tuple(int(v) for v in in_shape)
     if len(shape) != 3:
         raise ConfigError(f"input shape must be (channels, height, width), got {tuple(in_shape)}")
-    if ":" in arch:
+    if is_user_arch(arch):
         return _build_user_classifier(arch, shape, num_classes, **options)
     if arch not in CLASSIFIERS:
         raise ConfigError(f"unknown architecture {arch!r}: choose one of {', '.join(CLASSIFIERS)} "

@@ -57,7 +57,6 @@ from opacus.optimizers.ddpoptimizer_fast_gradient_clipping import DistributedDPO
 from opacus.optimizers.optimizer import DPOptimizer, _check_processed_flag, _mark_as_processed
 from opacus.optimizers.optimizer_fast_gradient_clipping import DPOptimizerFastGradientClipping
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
-from opacus.validators import ModuleValidator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 from torch.utils.data._utils.collate import default_collate
@@ -74,7 +73,8 @@ from dpdistill.training.distributed import Group
 from dpdistill.training.state import Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
 from dpdistill.models.features import frozen_features
-from dpdistill.models.registry import build_classifier, has_fixed_backbone
+from dpdistill.models.per_example import first_line, layer_names, per_example
+from dpdistill.models.registry import build_classifier, has_fixed_backbone, is_user_arch
 from dpdistill.privacy.accounting import (
     ADD_REMOVE,
     NEIGHBOURING_RELATIONS,
@@ -196,9 +196,20 @@ class PrivateTrainingConfig:
     processes: int = setting(1, "dpsgd: train on this many processes, each on its share of the examples, with the "
                                 "same privacy (started here: gloo on CPU, NCCL with one GPU each; under torchrun, "
                                 "give its number of processes)", min=1)
+    accept_defaults: bool = setting(False, "train a student of your own (module:callable, file.py:callable) on the "
+                                           "default schedule, measured for the registered students only",
+                                    show_default=False)
 
     def __post_init__(self) -> None:
         momentum_given = self.momentum is not None
+        unmeasured = is_user_arch(self.student_arch) and (self.epochs is None or self.lr is None)
+        if unmeasured and not self.accept_defaults:
+            raise ConfigError(f"no DP-SGD schedule is measured for {self.student_arch}, a student of your own: the "
+                              f"default one (3 epochs of batch 256, Adam at lr 1e-3) was measured for the registered "
+                              f"students, and a model that needs more steps or takes more noise per step spends the "
+                              f"budget for little on it (docs/methods/dpsgd.md); give its schedule with --epochs and "
+                              f"--lr, chosen on public data or a held-out part of yours (not the test split), or pass "
+                              f"--accept-defaults to spend the budget on the defaults anyway")
         if self.student_arch is None:
             object.__setattr__(self, "student_arch", STUDENT_DEFAULT if self.student_init is None
                                else ENCODER_STUDENT_DEFAULT)
@@ -490,19 +501,15 @@ def ghost_clipping_applies(module: nn.Module) -> bool:
 
 
 def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
-    """The model Opacus can train, and which layers had to change: per-example gradients need layers that treat
-    examples independently, so ModuleValidator.fix swaps BatchNorm for GroupNorm (the saved student records it).
-    Its maps are in the standard order, where Opacus computes per-example gradients fastest."""
-    model = use_channels_last(model, False)
-    if not ModuleValidator.validate(model, strict=False):
-        return model, []
-    fixed = ModuleValidator.fix(model)
-    remaining = ModuleValidator.validate(fixed, strict=False)
-    if remaining:
-        raise ConfigError(f"Opacus cannot train this student even after ModuleValidator.fix: {remaining[0]}")
-    now = dict(fixed.named_modules())
-    return fixed, [f"{name}: {type(layer).__name__} -> {type(now[name]).__name__}"
-                   for name, layer in model.named_modules() if type(now[name]) is not type(layer)]
+    """The model Opacus can train, and one line per kind of change it needed (models/per_example.py: BatchNorm ->
+    GroupNorm, in-place activations out of place; the saved student records it and is rebuilt so). Its maps are in
+    the standard order, where Opacus computes per-example gradients fastest."""
+    return per_example(use_channels_last(model, False))
+
+
+def student_change(change: str) -> str:
+    """A change per-example gradients made to the student, as the run's note and report say it."""
+    return f"the student was changed for DP-SGD (saved so, rebuilt so on load): {change}"
 
 
 def make_optimizer(config: PrivateTrainingConfig, weights: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -541,7 +548,7 @@ class PrivateTrainingResult:
     privacy: dict[str, Any]
     history: list[dict]  # public: epoch, steps, test accuracy
     wall_seconds: float
-    fixes: list[str]  # what Opacus' ModuleValidator.fix changed in the student (BatchNorm -> GroupNorm)
+    fixes: list[str]  # what per-example gradients changed in the student, one line per kind (BatchNorm -> GroupNorm)
     private_figures: dict[str, Any]
     confusion: Tensor  # public, as the accuracy: the final student's predictions on the evaluation images
 
@@ -756,6 +763,7 @@ class DPSGDTrainer(PrivateTrainer):
                               else NoiseSourceDPOptimizer)(self.optimizer, **settings)
         self.accountant = RDPAccountant()
         self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=self.plan.sample_rate))
+        self._check_per_example_path()
         canaries = GRADIENT_CANARIES.get()
         if canaries is not None:  # an audit's white-box canaries (audit/white_box.py); never set by a release
             canaries.attach(self.optimizer, self.trained, self.plan.sample_rate, self.config.max_grad_norm)
@@ -765,6 +773,13 @@ class DPSGDTrainer(PrivateTrainer):
 
     def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
         self.optimizer.zero_grad(set_to_none=True)
+        losses = self._per_example_gradients(inputs, labels)
+        self.optimizer.step()
+        return losses
+
+    def _per_example_gradients(self, inputs: Tensor, labels: Tensor) -> Tensor:
+        """Forward and backward through Opacus' per-example path: the gradients the optimizer then clips and noises;
+        returns the per-example losses."""
         outputs = self.private_model(inputs)
         with warnings.catch_warnings():  # Opacus' hooks on the first layer, whose input (the data) needs no gradient
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -775,8 +790,50 @@ class DPSGDTrainer(PrivateTrainer):
             else:
                 losses = F.cross_entropy(outputs, labels, reduction="none")
                 losses.mean().backward()  # an empty Poisson batch still takes its noisy step
-        self.optimizer.step()
         return losses.detach()
+
+    def _check_per_example_path(self) -> None:
+        """One forward and backward pass of two blank inputs (zeros of the training inputs' shape: no data) through
+        Opacus' per-example path when the run is planned: a layer it cannot go through (an output changed in place
+        by the model's own code, a layer its per-example gradients fail on) or weights the loss never reaches are
+        refused here, named, before any ledger entry, not at the first step of a run whose budget is reserved.
+        Nothing is kept: the gradients are cleared, the buffers (a frozen encoder's statistics) restored."""
+        names = layer_names(self.trained)
+        running: list[nn.Module] = []  # the layers whose forward has begun and not ended, innermost last
+
+        def entered(layer: nn.Module, _inputs: Any) -> None:
+            running.append(layer)
+
+        def left(_layer: nn.Module, _inputs: Any, _output: Any) -> None:
+            running.pop()
+
+        hooks = [hook for layer in names for hook in (layer.register_forward_pre_hook(entered),
+                                                       layer.register_forward_hook(left))]
+        blank = torch.zeros(2, *self.loader.dataset.tensors[0].shape[1:], device=self.device)
+        buffers = {name: buffer.clone() for name, buffer in self.trained.named_buffers()}  # kept as they were
+        self._train_mode()
+        try:
+            self._per_example_gradients(blank, torch.arange(2, device=self.device) % self.dataset.num_classes)
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as error:
+            where = f"its layer {names[running[-1]]} ({type(running[-1]).__name__})" if running else "its backward pass"
+            reason = (("changes a layer's output in place (x.relu_(), F.relu(x, inplace=True), x += y), which "
+                       "Opacus' per-example hooks cannot follow: compute it out of place")
+                      if "modified inplace" in str(error) else f"fails under Opacus' per-example gradients: "
+                                                              f"{first_line(error)}")
+            raise ConfigError(f"DP-SGD cannot train the student: {where} {reason}") from error
+        finally:
+            for hook in hooks:
+                hook.remove()
+            for name, buffer in self.trained.named_buffers():
+                buffer.copy_(buffers[name])
+        unreached = [f"{name}.{weight_name}" for layer, name in names.items()
+                     for weight_name, weight in layer.named_parameters(recurse=False) if weight.requires_grad
+                     and weight.grad is None and getattr(weight, "grad_sample", None) is None]
+        self.optimizer.zero_grad(set_to_none=True)
+        if unreached:
+            raise ConfigError(f"DP-SGD cannot train the student: the loss never reaches its weights "
+                              f"{', '.join(unreached[:3])} (a layer its forward does not use): remove the layer, or "
+                              f"set requires_grad=False on it")
 
     def epsilons_by_relation(self, epsilon: float) -> dict[str, float]:
         """Both relations: the budget's, and the other one for the same noise."""
