@@ -110,6 +110,24 @@ def test_private_loader_keeps_shapes_of_empty_batches(tmp_path: Path):
                for inputs, labels in batches)
 
 
+class EveryOtherSampled(NeverSampled):
+    """Bits that sample the examples at even positions only (below any rate), the others never."""
+
+    def bits(self, count: int) -> np.ndarray:
+        return np.where(np.arange(count) % 2 == 0, 0, 2**64 - 1).astype(np.uint64)
+
+
+def test_a_batch_holds_exactly_the_sampled_examples_with_their_labels(tmp_path: Path):
+    """The batch is gathered at once (GatheredTensors): the rows and labels of the sampled examples, in order."""
+    plan = _trainer(tmp_path).plan
+    inputs = torch.arange(DIGITS_TRAIN, dtype=torch.float32)[:, None, None, None].expand(-1, 1, 8, 8).contiguous()
+    labels = torch.arange(DIGITS_TRAIN) % 10
+    batch_inputs, batch_labels = next(iter(poisson_loader(TensorDataset(inputs, labels), plan, EveryOtherSampled(),
+                                                          64)))
+    sampled = torch.arange(0, DIGITS_TRAIN, 2)
+    assert torch.equal(batch_inputs, inputs[sampled]) and torch.equal(batch_labels, labels[sampled])
+
+
 def _dpsgd_step(layer: nn.Linear, inputs: torch.Tensor, labels: torch.Tensor, noise: NoiseSource, ghost: bool,
                 noise_multiplier: float, max_grad_norm: float) -> None:
     """One DP-SGD step (SGD, lr 1, mean loss) on `layer`, clipping materialised per-example gradients or by ghost

@@ -49,7 +49,9 @@ def outputs(module: nn.Module, images: Tensor, batch_size: int = 1024, device: s
 
 FEATURES_PHASE = "features"
 CACHE_LIMIT_GB = 4.0  # on disk: about six Fashion-MNIST scattering passes (train and test)
-FEATURE_BATCH = 256  # images a batch of a fixed transform's pass
+# images a batch of a fixed transform's pass: on a CPU few, so that a batch's spectra stay in its caches (the
+# scattering of Fashion-MNIST ran 2.5 times faster in batches of 32 than of 256, on 2 cores); on a GPU many
+FEATURE_BATCH = {"cpu": 32, "cuda": 1024}
 FIXED_FEATURES_CACHE_SIZE = 4  # in memory: train and test features of the last two (transform, images) pairs
 _fixed_features: dict[str, Tensor] = {}  # insertion order: oldest first
 
@@ -89,7 +91,7 @@ def _stored_features(key: str, frozen: nn.Module, images: Tensor, device: torch.
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomically({path: lambda target: _write_features(frozen, images, device, target, progress)})
     except OSError:  # a read-only home only costs the next run the transform again
-        return outputs(frozen, images, batch_size=FEATURE_BATCH, device=device, progress=progress)
+        return outputs(frozen, images, batch_size=feature_batch(device), device=device, progress=progress)
     removed = trim_cache(keep=path)
     if progress:
         progress({"phase": FEATURES_PHASE, "cached": f"{path.stat().st_size / 1e6:.0f} MB kept in {path.parent} "
@@ -104,7 +106,7 @@ def _write_features(frozen: nn.Module, images: Tensor, device: torch.device, tar
     stored, start = None, 0
     target.touch(mode=0o600)
     target.chmod(0o600)  # private before any coefficient is written
-    for output in batches(frozen, frozen, images, FEATURE_BATCH, device, progress):
+    for output in batches(frozen, frozen, images, feature_batch(device), device, progress):
         if stored is None:
             stored = np.lib.format.open_memmap(target, mode="w+", dtype=np.float32,
                                                shape=(len(images), *output.shape[1:]))
@@ -112,6 +114,11 @@ def _write_features(frozen: nn.Module, images: Tensor, device: torch.device, tar
         start += len(output)
     if stored is not None:
         stored.flush()
+
+
+def feature_batch(device: str | torch.device) -> int:
+    """How many images a batch of a fixed transform's pass takes on `device`."""
+    return FEATURE_BATCH["cuda" if torch.device(device).type == "cuda" else "cpu"]
 
 
 def _mapped(path: Path, count: int) -> Tensor:
