@@ -3,7 +3,7 @@ with a random tint per image, 12,000 training and 2,000 test images, written as 
 per class, torchvision's ImageFolder layout per split), then given to the command line with its defaults.
 
     python benchmarks/experiments/user_data.py [--out /tmp/user-data]
-        [--step build|private|sweep|scatter-cnn|teachers|pate]
+        [--step build|defaults|private|sweep|scatter-cnn|teachers|pate]
 
 Each step runs the `dpdistill` command printed beside it and records its exit status, its wall time, its last
 lines and (where it wrote one) its report's accuracy in `results/user_data.json`.
@@ -66,14 +66,17 @@ def dpdistill(*args: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/user-data"))
-    parser.add_argument("--step", choices=("build", "private", "sweep", "scatter-cnn", "teachers", "pate"),
+    parser.add_argument("--step", choices=("build", "defaults", "private", "sweep", "scatter-cnn", "teachers", "pate"),
                         action="append")
     options = parser.parse_args()
-    steps = options.step or ["build", "private", "teachers", "pate"]
+    steps = options.step or ["build", "defaults", "private", "teachers", "pate"]
     folder, out = options.out / "tinted", options.out
     results = {}
     if "build" in steps:
         build(folder)
+    if "defaults" in steps:  # nothing but the folder and the budget: the size a noisy count at 1% of it
+        results["train-private-defaults"] = dpdistill("train-private", "--dataset", str(folder), "--epsilon", "1",
+                                                      "--out", str(out / "defaults"), "--overwrite")
     if "private" in steps:  # the defaults (scatter-linear, the batch scaled to the size), the size declared
         results["train-private"] = dpdistill("train-private", "--dataset", str(folder), "--dataset-size",
                                              str(TRAIN), "--epsilon", "1", "--out", str(out / "private"),
