@@ -150,6 +150,7 @@ def test_private_plan_refuses_an_explicit_sigma_that_overspends(method):
     ({"train_layers": "middle"}, ConfigError, "unknown --train-layers 'middle'"),
     ({"train_layers": "head"}, ConfigError, "give the encoder with --student-init"),
     ({"relation": "sideways"}, ConfigError, "unknown --relation 'sideways'"),
+    ({"ema_decay": 1.0}, ConfigError, "--ema-decay must be in"),
 ])
 def test_private_config_refuses_impossible_settings(values, error, message):
     with pytest.raises(error, match=message):
@@ -389,17 +390,20 @@ def test_an_epoch_reports_how_far_into_it_the_run_is(tmp_path: Path, monkeypatch
     assert "test_accuracy" in records[-1]
 
 
-def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: Path, monkeypatch, ema_decay):
     """Saved on time within an epoch (after every step here: CHECKPOINT_SECONDS 0), stopped before step 13 of 23: the
     resumed run goes on from step 13, runs exactly the planned steps and, with (debugging) reproducible noise whose
-    stream the checkpoint keeps, ends where an uninterrupted run ends."""
+    stream the checkpoint keeps, ends where an uninterrupted run ends; releasing the average of its iterates, the
+    same average (the checkpoint keeps it)."""
     from dpdistill import progress
     from dpdistill.training import state
 
     monkeypatch.setattr(progress, "PACE_SECONDS", 0.0)
     monkeypatch.setattr(state, "CHECKPOINT_SECONDS", 0.0)
     monkeypatch.setattr(state, "SAVE_SHARE", float("inf"))
-    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2, reproducible_noise=True)
+    config = PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=2, reproducible_noise=True,
+                                   ema_decay=ema_decay)
     whole = train_private(config, tmp_path / "whole")
 
     def stop_before_step_13(record: dict) -> None:
@@ -415,3 +419,31 @@ def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: 
     assert resumed["history"] == whole["history"]
     weights, again = load_file(tmp_path / "whole" / "student.safetensors"), load_file(tmp_path / "cut" / "student.safetensors")
     assert all(torch.equal(weights[name], again[name]) for name in weights)
+
+
+def test_a_run_with_a_moving_average_releases_and_measures_the_average_of_its_iterates(tmp_path: Path, monkeypatch):
+    """The saved student is sum_i d^(t-i) w_i / sum_i d^(t-i) over the weights after each of the 23 steps, the
+    accuracy reported is that student's, and each epoch also gives the last iterate's."""
+    from dpdistill.training.private import DPSGDTrainer
+
+    iterates: list[dict[str, torch.Tensor]] = []
+    step = DPSGDTrainer._step
+
+    def recorded(self, inputs, labels):
+        losses = step(self, inputs, labels)
+        iterates.append({name: weight.detach().clone() for name, weight in self.trained.named_parameters()})
+        return losses
+
+    monkeypatch.setattr(DPSGDTrainer, "_step", recorded)
+    decay = 0.8
+    report = train_private(PrivateTrainingConfig(**TINY, epsilon=10.0, sigma=1.0, epochs=1, ema_decay=decay), tmp_path)
+    assert len(iterates) == 23
+    ages = [decay ** (len(iterates) - 1 - index) for index in range(len(iterates))]
+    saved = load_file(tmp_path / "student.safetensors")
+    for name in iterates[0]:
+        expected = sum(age * iterate[name] for age, iterate in zip(ages, iterates)) / sum(ages)
+        assert torch.allclose(saved[name], expected, atol=1e-6)
+        assert not torch.allclose(saved[name], iterates[-1][name])
+    [epoch] = report["history"]
+    assert report["accuracy"]["student"] == epoch["test_accuracy"] and 0 <= epoch["last_iterate_accuracy"] <= 1
+    assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])

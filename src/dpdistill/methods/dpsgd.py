@@ -78,7 +78,7 @@ COMMAND = CommandSpec(
              out_option("directory for student.safetensors, config.json, report.json and report.md"),
              *field_options(PrivateTrainingConfig, (
                  "method", "epsilon", "delta", "sigma", "max_grad_norm", "beta", "target_step", "student_arch",
-                 "epochs", "batch_size", "lr", "optimizer", "momentum", "student_init", "train_layers", "public",
+                 "epochs", "batch_size", "lr", "optimizer", "momentum", "ema_decay", "student_init", "train_layers", "public",
                  "public_size", "dataset_size", "count_share", "relation", "seed", "reproducible_noise", "device",
                  "processes", "accept_defaults")),
              resume_option("continue the interrupted run in --out with its saved settings (other options are then "

@@ -67,6 +67,7 @@ from dpdistill.losses.distillation import soft_cross_entropy
 from dpdistill.options import dataset_help, setting
 from dpdistill.progress import Pace, Progress
 from dpdistill.training.annotation import DistillationGradient, OutputGradientAnnotator
+from dpdistill.training.averaging import IterateAverage
 from dpdistill.training.distributed import Group
 from dpdistill.training.state import Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier, use_channels_last
@@ -166,6 +167,10 @@ class PrivateTrainingConfig:
     optimizer: str | None = setting(None, "adam or sgd, on the privatised gradient (post-processing) [default: "
                                           "adam; sgd for scatter-*]")
     momentum: float | None = setting(None, "sgd's momentum [default: 0; 0.9 for scatter-*]")
+    ema_decay: float = setting(0.0, "release the moving average of the weights after each step with this decay "
+                                    "instead of the last weights (post-processing: no privacy spent); 0: the last "
+                                    "weights (scatter-linear: +0.55 points at epsilon 1 on the MNIST set, none on "
+                                    "Fashion-MNIST, a loss at 3 and 10: docs/methods/dpsgd.md)")
     student_init: str | None = setting(None, "start the student from this encoder (a `dpdistill pretrain` directory: "
                                              "public images only); accuracy is then measured outside its public "
                                              "pool")
@@ -226,6 +231,8 @@ class PrivateTrainingConfig:
             raise ConfigError(f"unknown --optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"--ema-decay must be in [0, 1) (0: no average), got {self.ema_decay}")
         if self.relation not in NEIGHBOURING_RELATIONS:
             raise ConfigError(f"unknown --relation {self.relation!r}: choose one of {', '.join(NEIGHBOURING_RELATIONS)}")
         if self.train_layers == "head" and self.student_init is None and not has_fixed_backbone(self.student_arch):
@@ -615,6 +622,8 @@ class PrivateTrainer:
         self.trained: nn.Module = (self.model if frozen is None else self.model.head if config.train_layers == "head"
                                    else self.model.fixed_split()[1])
         self.optimizer = make_optimizer(config, [weight for weight in self.trained.parameters() if weight.requires_grad])
+        # the released weights: their moving average over the steps, or the last ones
+        self.average = IterateAverage(self.trained, config.ema_decay) if config.ema_decay else None
         self.loader = poisson_loader(TensorDataset(inputs, labels), plan, self.noise, config.batch_size)
         self.ledger = PrivacyLedger(plan.query, plan.steps)
         self.epoch = 0
@@ -637,9 +646,12 @@ class PrivateTrainer:
             layer.eval()
 
     def _predictions(self) -> Tensor:
-        """The evaluation images' predicted classes (by the trained layers, on the frozen layers' outputs of the
-        images, computed once)."""
-        return predict(self.trained, self.eval_inputs, device=self.device)
+        """The evaluation images' predicted classes by the weights the run releases (the trained layers, or their
+        moving average, on the frozen layers' outputs of the images, computed once)."""
+        if self.average is None:
+            return predict(self.trained, self.eval_inputs, device=self.device)
+        with self.average.swapped_in():
+            return predict(self.trained, self.eval_inputs, device=self.device)
 
     def run(self, resume: bool = False) -> PrivateTrainingResult | None:
         """Train the plan's epochs (after the checkpoint's, resuming); None on a process other than rank 0."""
@@ -656,6 +668,8 @@ class PrivateTrainer:
                 pace.within({"epoch": round(self.epoch + (step - 1) / per_epoch, 2)})
                 self.ledger.charge(1)
                 self.epoch_loss[0] += self._step(inputs.to(self.device), labels.to(self.device)).sum().item()
+                if self.average is not None:
+                    self.average.update()
                 self.epoch_loss[1] += len(labels)
                 if step < per_epoch and self.group.size == 1:
                     checkpoints(step, lambda: save_state(self.work_dir / "resume", self._state()))
@@ -668,7 +682,7 @@ class PrivateTrainer:
                 continue
             predicted = self._predictions()
             self.history.append({"epoch": self.epoch, "steps": self.ledger.answered,
-                                 "test_accuracy": share_correct(predicted, self.y_eval)})
+                                 "test_accuracy": share_correct(predicted, self.y_eval), **self._last_iterate()})
             save_state(self.work_dir / "resume", self._state())
             pace(self.history[-1])
         if self.ledger.answered != self.plan.steps:
@@ -678,8 +692,18 @@ class PrivateTrainer:
         if predicted is None:  # resumed after its last epoch
             predicted = self._predictions()
         confusion = confusion_counts(predicted, self.y_eval, self.dataset.num_classes)
+        if self.average is not None:
+            self.average.apply()  # the student released is the average
         return PrivateTrainingResult(self.model.eval(), self.privacy_summary(), self.history,
                                      time.perf_counter() - started, self.fixes, self.private_figures(), confusion)
+
+    def _last_iterate(self) -> dict[str, float]:
+        """Where the released weights are an average, the last weights' accuracy beside it (public as well: the
+        last iterate is post-processing of the noisy steps too)."""
+        if self.average is None:
+            return {}
+        return {"last_iterate_accuracy": share_correct(predict(self.trained, self.eval_inputs, device=self.device),
+                                                       self.y_eval)}
 
     def _start_together(self) -> None:
         """On several processes, every one starts from rank 0's state: its weights (as Opacus' DPDDP broadcasts
@@ -721,7 +745,8 @@ class PrivateTrainer:
         return {"epoch": self.epoch, "steps": self.ledger.answered, "noise_multiplier": self.plan.noise_multiplier,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "noise": self.noise.state(), "follower_noise": self.follower_noise, "torch_rng": torch.get_rng_state(),
-                "history": self.history, "train_loss": self.train_loss, "epoch_loss": self.epoch_loss}
+                "history": self.history, "train_loss": self.train_loss, "epoch_loss": self.epoch_loss,
+                **({} if self.average is None else {"average": self.average.state()})}
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue after the last checkpoint (an epoch's end, or a step within one): same weights, optimizer and
@@ -735,6 +760,8 @@ class PrivateTrainer:
                                   f"configuration now gives {self.plan.noise_multiplier}: start a new run")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.average is not None:
+            self.average.restore(state["average"])
         streams = [state["noise"], *state.get("follower_noise", [])]  # each process's, once a checkpoint saved them
         if self.group.rank < len(streams):
             self.noise.restore(streams[self.group.rank])
