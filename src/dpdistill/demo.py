@@ -38,7 +38,7 @@ from dpdistill.jobs import train_teacher, train_teacher_ensemble
 from dpdistill.methods.config import build_config
 from dpdistill.methods.pate import PateConfig
 from dpdistill.pipeline import pate, train_private, transcribe
-from dpdistill.progress import Progress
+from dpdistill.progress import Progress, ProgressDisplay
 from dpdistill.reporting.report import is_covered, write_json
 from dpdistill.runs import check_out_dir
 from dpdistill.training.private import PrivateTrainingConfig
@@ -47,7 +47,6 @@ from dpdistill.training.teacher import SCATTER_INIT, TeacherConfig
 DEMO_EPSILON = 3.0
 DEMO_DELTA = 1e-5
 RELATION = "replace-one"  # the transcription's relation: DP-SGD's epsilon then means the same as DPSD's
-PULSE_SECONDS = 10.0  # the longest a row goes without a line
 SUMMARY = "demo.json"  # the demo's own record of its run folders and of the table
 RUNS = ("dpsgd", "teacher", "dpsd", "ensemble", "pate")  # the folders a demo writes under --out
 
@@ -109,10 +108,12 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     _done(console, started)
     console.print(f"[bold]4/4[/] PATE: {scale.members} linear heads on scattering features, each trained on its "
                   f"own part of {dataset}, label public images through noisy votes at epsilon {DEMO_EPSILON:g}")
-    train_teacher_ensemble(dataset, out / "ensemble", TeacherConfig(**scale.heads), scale.members,
-                           progress=_pulse(console, "heads"))
-    voted = pate(out / "ensemble", PateConfig(epsilon=DEMO_EPSILON, delta=DEMO_DELTA, **scale.pate), out / "pate",
-                 progress=_pulse(console, "PATE"))
+    # its records carry no accuracy to print: the command line's display shows where each part stands instead
+    with ProgressDisplay(f"{scale.members} heads", quiet=getattr(console, "quiet", False)) as heads:
+        train_teacher_ensemble(dataset, out / "ensemble", TeacherConfig(**scale.heads), scale.members, progress=heads)
+    with ProgressDisplay("PATE", quiet=getattr(console, "quiet", False)) as voting:
+        voted = pate(out / "ensemble", PateConfig(epsilon=DEMO_EPSILON, delta=DEMO_DELTA, **scale.pate),
+                     out / "pate", progress=voting)
     _done(console, started)
     rows = [
         {"route": "DP-SGD, scatter-linear", "uses": "private images, scattering features",
@@ -185,23 +186,6 @@ def _start_afresh(out: Path) -> None:
 
 def _done(console: Console, started: float) -> None:
     console.print(f"  done, {time.perf_counter() - started:.0f} s into the demo", highlight=False)
-
-
-def _pulse(console: Console, work: str, seconds: float = PULSE_SECONDS) -> Progress:
-    """Print where `work` stands at most every `seconds` (a line at least that often while records come): phases
-    whose records carry no accuracy still show that they move."""
-    last = [time.perf_counter()]
-
-    def show(record: dict) -> None:
-        if time.perf_counter() - last[0] < seconds:
-            return
-        last[0] = time.perf_counter()
-        where = [str(record[key]) for key in ("phase",) if key in record] + [
-            f"{key} {record[key]}" + (f"/{record['total']}" if key == "done" and "total" in record else "")
-            for key in ("member", "round", "step", "done") if key in record]
-        console.print(f"  {work}: {', '.join(where) or 'working'}", highlight=False)
-
-    return show
 
 
 def _every(console: Console, position: str, period: int, accuracy: str) -> Progress:

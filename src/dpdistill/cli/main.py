@@ -378,8 +378,9 @@ def demo_command(
     dataset: DemoDataset = typer.Option(DemoDataset.fmnist, help="fmnist (a few minutes), or digits (seconds, "
                                                                  "the embedded data: a quick check)"),
 ) -> None:
-    """Show the route that works, on Fashion-MNIST. In a few minutes: DP-SGD on scattering features beside DPSD
-    from one teacher and the non-private teacher, at one sound epsilon."""
+    """Show the routes that work, on Fashion-MNIST. In a few minutes: DP-SGD on scattering features beside DPSD
+    from one teacher, the non-private teacher, and PATE with an ensemble of scattering heads, at one sound
+    epsilon."""
     from dpdistill.demo import run_demo
 
     run_demo(out, summary, dataset.value)
