@@ -64,7 +64,7 @@ def test_a_route_whose_command_changed_since_its_figures_shows_none(monkeypatch)
 def test_a_harness_row_that_ran_another_command_is_not_taken_for_the_printed_one():
     harness = benchmark_harness()
     row = {"dataset": "fmnist", "command": "dpdistill release --out runs/bench/r/seed0 --seed 0 --dataset fmnist "
-                                           "--epsilon 10 --teacher-set epochs=160"}
+                                           "--epsilon 10 --synthetic-size 10000 --teacher-set epochs=160"}
     (release,) = [route for route in ROUTES if route.rows[1].startswith("release-")]
     assert harness.ran_as_printed(release.commands[1].replace("--epsilon E", "--epsilon E --teacher-set epochs=160"),
                                   10, row)

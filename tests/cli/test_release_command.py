@@ -35,7 +35,10 @@ def test_release_trains_a_dp_teacher_and_transcribes_it_under_its_epsilon(tmp_pa
                     "--synthetic-size", 100, "--set", "synthetic_epochs=1", "--teacher-set", "epochs=5", *TINY)
     assert result.exit_code == 0, result.output
     report, teacher = (json.loads((directory / "report.json").read_text()) for directory in (out, out / "teacher"))
-    assert report["method"] == "release" and report["privacy"]["epsilon"] == teacher["privacy"]["epsilon"] <= 2
+    statistics = report["statistics"]  # the teacher's and its statistics' releases, their epsilons added
+    assert report["method"] == "release" and report["privacy"]["epsilon"] == pytest.approx(
+        teacher["privacy"]["epsilon"] + statistics["epsilon_add_remove"])
+    assert report["privacy"]["epsilon"] <= 2
     assert report["teacher"]["accuracy"] == teacher["accuracy"]["student"]
     # the whole release's time grows with the private count (the teacher's training): the private record's only
     private = json.loads((out / "private" / "record.json").read_text())["timing"]
@@ -44,10 +47,12 @@ def test_release_trains_a_dp_teacher_and_transcribes_it_under_its_epsilon(tmp_pa
     assert "wall_seconds" not in teacher["timing"]  # nor does the teacher's report say how long its training took
     assert {"student.safetensors", "generator.safetensors", "synthetic.npz", "samples.png", "report.md"} <= {
         path.name for path in out.iterdir()}
-    own, entry = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
+    own, pictured, entry = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
     assert (own["method"], own["status"]) == ("dpsgd", "own release")  # the release the teacher is
+    assert (pictured["method"], pictured["status"]) == ("release: feature statistics", "spent")
+    assert pictured["epsilon"] == pytest.approx(statistics["epsilon_replace_one"])
     assert (entry["method"], entry["epsilon"], entry["event"]["type"]) == ("release", 0.0, "NoOpDpEvent")
-    assert report["privacy"]["data_set_ledger"]["spent_epsilon"] == pytest.approx(own["epsilon"])
+    assert report["privacy"]["data_set_ledger"]["spent_epsilon"] == pytest.approx(own["epsilon"] + pictured["epsilon"])
     assert json.loads((out / "student.json").read_text())[PROVENANCE]["release"] == "release"
     again = invoke("release", "--dataset", "digits", "--epsilon", 2, "--out", out, "--resume")
     assert again.exit_code == 2 and "has finished" in flat(again.output)
@@ -58,6 +63,7 @@ def test_release_trains_a_dp_teacher_and_transcribes_it_under_its_epsilon(tmp_pa
     (["--epsilon", 1, "--student-arch", "nosuchnet"], "unknown architecture"),
     (["--epsilon", 1, "--set", "synthetic_size=3"], "gives some of the 10 classes no image"),
     (["--epsilon", 1, "--teacher-set", "epochs=0"], "at least 1"),
+    (["--epsilon", 1, "--statistics-share", 0.5], "--statistics-share must be in [0, 0.5)"),
 ])
 def test_a_release_that_cannot_run_is_refused_in_one_line_before_any_write(tmp_path: Path, args, message):
     out = tmp_path / "release"
@@ -77,6 +83,10 @@ def test_a_dp_runs_directory_is_a_teacher_as_it_stands(digits_dp_teacher: Path, 
     budget = invoke("budget", teacher)  # what it spent is the release it is: the transcription added nothing
     own = json.loads((teacher / "report.json").read_text())["privacy"]["epsilon_replace_one"]
     assert budget.exit_code == 0 and f"spent: epsilon {own:.4g}" in flat(budget.output)
+    unpictured = invoke("transcribe", "--teacher", teacher, "--privacy", "none", "--iterations", 2, "--out",
+                        tmp_path / "stats", "--set", "statistics_weight=1", *TINY)
+    assert unpictured.exit_code == 2 and "holds none (statistics.safetensors" in flat(unpictured.output)
+    assert not (tmp_path / "stats").exists()
 
 
 def test_a_declared_dp_teacher_is_transcribed_as_its_owners_claim(foreign_teacher, tmp_path: Path):
@@ -106,5 +116,7 @@ def test_a_release_whose_teacher_has_no_guarantee_is_recorded_as_unbounded_not_f
                     *TINY)
     assert result.exit_code == 0, result.output
     entries = json.loads((out / "teacher" / LEDGER_FILE).read_text())["entries"]
-    assert [(entry["method"], entry["event"]["type"]) for entry in entries] == [("release", "ComposedDpEvent")]
-    assert entries[0]["epsilon"] == "inf" and entries[0]["event"]["events"][-1]["type"] == "NonPrivateDpEvent"
+    assert [(entry["method"], entry["event"]["type"]) for entry in entries] == [
+        ("release: feature statistics", "ComposedDpEvent"), ("release", "ComposedDpEvent")]  # its noise too: seeded
+    for entry in entries:
+        assert entry["epsilon"] == "inf" and entry["event"]["events"][-1]["type"] == "NonPrivateDpEvent"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from dpdistill.losses.distillation import dkd_loss, inverse_class_frequency, kd_loss, soft_cross_entropy
 from dpdistill.losses.generator import (
-    BatchNormStatistics,
+    FeatureStatistics,
     activation_loss,
     information_entropy_loss,
     one_hot_loss,
@@ -74,10 +74,10 @@ def test_batchnorm_statistics_are_zero_on_matching_data_and_hooks_are_removed():
     x = torch.randn(20_000, 3, 2, 2)
     layer.running_mean.copy_(x.mean((0, 2, 3)))
     layer.running_var.copy_(x.var((0, 2, 3), unbiased=False))
-    with BatchNormStatistics(model) as stats:
+    with FeatureStatistics.of_batchnorm(model) as stats:
         model(x)
     assert stats.loss().item() < 1e-4
-    with BatchNormStatistics(model) as stats:
+    with FeatureStatistics.of_batchnorm(model) as stats:
         model(x + 1)
     assert stats.loss().item() > 1.0
     assert not layer._forward_hooks

@@ -111,14 +111,14 @@ def test_the_data_free_generator_learns_what_the_baseline_calls_confident_and_ba
 
 
 def test_the_generator_ends_in_dafls_batchnorm_and_can_match_the_baselines_statistics(digits_teacher: Path):
-    from dpdistill.losses.generator import BatchNormStatistics
+    from dpdistill.losses.generator import FeatureStatistics
     from dpdistill.models.ensemble import load_teacher
 
     baseline, _ = load_teacher(digits_teacher)
     config = DataFreeConfig(steps=60, batch_size=64, width=(16, 8, 8), batchnorm_weight=1.0)
 
     def distance(model):  # from the baseline's BatchNorm statistics, on fresh images
-        with BatchNormStatistics(baseline) as statistics:
+        with FeatureStatistics.of_batchnorm(baseline) as statistics:
             baseline.features(generate(model, 256, 1, "cpu"))
         return statistics.loss().item()
 

@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from dpdistill.errors import ConfigError
+
 from dpdistill.methods.release import TEACHER_PHASE, TRANSCRIPTION_PHASE, build_release_config, run_release
 from dpdistill.methods.synthetic import CLASSIFIER_PHASE, SYNTHETIC_PHASE
 from dpdistill.methods.transcription import FIDELITY_PHASE
 from dpdistill.reporting.transcription import WITH_TEACHER
+from dpdistill.training.feature_statistics import PHASE as STATISTICS_PHASE
 
 SMALL = {"batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4), "eval_every": 2,
          "iterations": 2, "synthetic_epochs": 1}
@@ -22,11 +25,12 @@ def test_every_record_of_a_release_names_its_phase_and_each_phase_counts_to_its_
     report = run_release(config, tmp_path, progress=records.append)
     phases = list(dict.fromkeys(record.get("phase") for record in records))
     main = [phase for phase in phases if ": " not in phase]  # nested passes: "DP teacher (DP-SGD): features"
-    assert main == [TEACHER_PHASE, TRANSCRIPTION_PHASE, SYNTHETIC_PHASE, CLASSIFIER_PHASE]
+    assert main == [TEACHER_PHASE, STATISTICS_PHASE, TRANSCRIPTION_PHASE, SYNTHETIC_PHASE, CLASSIFIER_PHASE]
     assert set(phases) - set(main) <= {f"{TEACHER_PHASE}: features", f"{FIDELITY_PHASE}: features"}
     assert f"{FIDELITY_PHASE}: features" in phases  # the feature passes after the classifier are not a silence
     totals = {phase: {record.get("total") for record in records if record["phase"] == phase} for phase in main}
-    assert totals == {TEACHER_PHASE: {3}, TRANSCRIPTION_PHASE: {2}, SYNTHETIC_PHASE: {100}, CLASSIFIER_PHASE: {1}}
+    assert totals == {TEACHER_PHASE: {3}, STATISTICS_PHASE: {1437}, TRANSCRIPTION_PHASE: {2}, SYNTHETIC_PHASE: {100},
+                      CLASSIFIER_PHASE: {1}}
     drawn = [record["done"] for record in records if record["phase"] == SYNTHETIC_PHASE]
     assert drawn[0] == 0 and drawn[-1] == report["synthetic"]["images"]  # a class the generator misses ends short
     markdown = (tmp_path / "report.md").read_text()
@@ -34,7 +38,7 @@ def test_every_record_of_a_release_names_its_phase_and_each_phase_counts_to_its_
     assert "| discriminator | student |" in engine and "| replay_size | 256 |" in engine  # its transcription's
     assert "n/a" not in markdown and "none privacy" not in markdown  # a figure it cannot know is left out
     assert "Titles are the synthetic set's labels: the argmax of the teacher" in markdown
-    assert "| budget (as requested: the DP teacher's) | 2 |" in markdown
+    assert "| budget (as requested: the DP teacher's and its statistics) | 2 |" in markdown
     private = json.loads((tmp_path / "private" / "record.json").read_text())["timing"]
     assert private[WITH_TEACHER] > report["timing"]["wall_seconds"] and report["resumed"] is False
 
@@ -62,3 +66,36 @@ def test_a_release_stopped_in_its_last_phase_resumes_there(tmp_path: Path, monke
     assert min(record["epoch"] for record in records if record["phase"] == CLASSIFIER_PHASE) == 1
     assert len(report["synthetic"]["per_class"]) == 10 and (tmp_path / "synthetic.npz").exists()
     assert WITH_TEACHER not in report["timing"] and report["resumed"]  # a whole time no report holds
+
+
+@pytest.mark.slow
+def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_and_records_both(tmp_path: Path):
+    from dpdistill.methods.release import STATISTICS_METHOD
+    from dpdistill.privacy.ledger import ReleaseLedger
+    from dpdistill.privacy.provenance import Provenance
+    from dpdistill.models.checkpoint import load_classifier
+
+    config = build_release_config("digits", 2.0, synthetic_size=0, teacher_options={"epochs": 3},
+                                  transcription_options=SMALL)
+    assert config.teacher.epsilon == pytest.approx(1.9) and config.statistics_epsilon == pytest.approx(0.1)
+    report = run_release(config, tmp_path)
+    privacy, statistics = report["privacy"], report["statistics"]
+    assert (tmp_path / "teacher" / "statistics.safetensors").exists()
+    teacher = json.loads((tmp_path / "teacher" / "report.json").read_text())["privacy"]
+    assert statistics["epsilon_add_remove"] <= 0.1 and teacher["epsilon"] <= 1.9
+    assert privacy["epsilon"] == pytest.approx(teacher["epsilon"] + statistics["epsilon_add_remove"])
+    assert privacy["epsilon"] <= 2.0
+    assert privacy["delta"] == pytest.approx(1e-5) and "released feature statistics" in privacy["covered"]
+    entries = {entry.method: entry for entry in ReleaseLedger(tmp_path / "teacher").read().entries}
+    assert entries[STATISTICS_METHOD].release.epsilon == pytest.approx(statistics["epsilon_replace_one"])
+    own = ReleaseLedger(tmp_path).own()  # the student's release: the teacher's and the statistics', replace-one
+    assert own.epsilon == pytest.approx(teacher["epsilon_replace_one"] + statistics["epsilon_replace_one"])
+    _, meta = load_classifier(tmp_path, "student")
+    assert Provenance.of_meta(meta).epsilon == pytest.approx(privacy["epsilon"])
+
+
+def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
+    config = build_release_config("digits", 2.0, statistics_share=0.0)
+    assert (config.teacher.epsilon, config.statistics_epsilon, config.transcription.statistics_weight) == (2.0, 0, 0)
+    with pytest.raises(ConfigError, match="statistics-share"):
+        build_release_config("digits", 2.0, statistics_share=0.5)

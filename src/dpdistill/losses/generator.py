@@ -48,24 +48,35 @@ def data_free_terms(logits: Tensor, features: Tensor, one_hot_weight: float, ent
             "activation": activation_weight * activation_loss(features, activation_norm)}
 
 
-class BatchNormStatistics:
-    """Collects, during a discriminator forward pass, how far each BatchNorm layer's batch statistics are
-    from its running statistics (DP-DFD's term); the sum is the loss. Use as a context manager."""
+class FeatureStatistics:
+    """Collects, during a forward pass, how far the batch statistics (per-channel mean and variance) of chosen
+    layers' inputs are from target ones; the sum is the loss (DeepInversion's and DP-DFD's term). The targets are a
+    BatchNorm layer's running statistics (`of_batchnorm`) or a DP release of them (training/feature_statistics.py).
+    Use as a context manager."""
 
-    def __init__(self, model: nn.Module, enabled: bool = True) -> None:
-        self.layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] if enabled else []
+    def __init__(self, targets: dict[nn.Module, tuple[Tensor, Tensor]]) -> None:
+        self.targets = targets
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self.terms: list[Tensor] = []
 
-    def _hook(self, module: nn.BatchNorm2d, inputs: tuple[Tensor, ...], _output: Tensor) -> None:
-        x = inputs[0]
-        mean = x.mean(dim=(0, 2, 3))
-        var = x.var(dim=(0, 2, 3), unbiased=False)
-        self.terms.append((mean - module.running_mean).norm() + (var - module.running_var).norm())
+    @classmethod
+    def of_batchnorm(cls, model: nn.Module, enabled: bool = True) -> "FeatureStatistics":
+        """Against the running statistics of `model`'s BatchNorm layers (none where not `enabled`)."""
+        layers = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] if enabled else []
+        return cls({layer: (layer.running_mean, layer.running_var) for layer in layers})
 
-    def __enter__(self) -> "BatchNormStatistics":
+    @property
+    def layers(self) -> list[nn.Module]:
+        return list(self.targets)
+
+    def _hook(self, module: nn.Module, inputs: tuple[Tensor, ...], _output: Tensor) -> None:
+        x = inputs[0]
+        mean, var = self.targets[module]
+        self.terms.append((x.mean(dim=(0, 2, 3)) - mean).norm() + (x.var(dim=(0, 2, 3), unbiased=False) - var).norm())
+
+    def __enter__(self) -> "FeatureStatistics":
         self.terms = []
-        self._handles = [layer.register_forward_hook(self._hook) for layer in self.layers]
+        self._handles = [layer.register_forward_hook(self._hook) for layer in self.targets]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -74,5 +85,5 @@ class BatchNormStatistics:
 
     def loss(self) -> Tensor:
         if not self.terms:
-            raise ValueError("the discriminator has no BatchNorm2d layer: the BatchNorm-statistics term is undefined")
+            raise ValueError("no layer with target statistics ran: the feature-statistics term is undefined")
         return torch.stack(self.terms).sum()

@@ -84,6 +84,9 @@ class Job(ABC):
     data_set: tuple[str, str] | None = None
     # the DP teacher whose release the run's models are (a free transcription: post-processing), None: their own
     inherits: Path | None = None
+    # the release the run's models are where it is not the inherited teacher's alone (a release's teacher and its
+    # released statistics), set by the run
+    own: Release | None = None
     # what the run releases before its first query (a noisy count of the training set, in config.json): a run
     # that fails before it asks anything is still charged this, in the ledgers of its reservations
     released_first: Release | None = None

@@ -66,6 +66,8 @@ class TranscriptionConfig:
     entropy_weight: float = 5.0
     activation_weight: float = 0.1
     batchnorm_weight: float = 0.0  # match the discriminator's BatchNorm running statistics (DP-DFD, DeepInversion)
+    statistics_weight: float = 0.0  # match the teacher's released feature statistics (training/feature_statistics.py:
+    # its normalisation layers' input means and variances over the private data, a release's DP picture of the data)
     smoothness_weight: float = 0.0  # total variation of the generated images: an image prior that needs no data
     generator_updates: bool = True  # False: the generator stays as initialised or pretrained during the loop
     generator_pretrain_steps: int = 0  # DP-DFD/SRR: train the generator this many steps with the teacher as fixed
@@ -133,7 +135,7 @@ class TranscriptionConfig:
             raise ConfigError(f"unknown student schedule {self.student_schedule!r}: choose constant or cosine")
         for name in ("vote_margin", "replay_size", "augment_shift", "generator_pretrain_steps", "batchnorm_weight",
                      "adversarial_weight", "one_hot_weight", "entropy_weight", "activation_weight",
-                     "generator_student_weight", "smoothness_weight", "synthetic_size"):
+                     "generator_student_weight", "smoothness_weight", "statistics_weight", "synthetic_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
         if self.synthetic_size and self.synthetic_size < num_classes:

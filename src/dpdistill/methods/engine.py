@@ -42,7 +42,7 @@ from dpdistill.data.sample_source import load_sample_source
 from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.evaluation.metrics import accuracy
 from dpdistill.losses.distillation import inverse_class_frequency, kd_loss, soft_cross_entropy
-from dpdistill.losses.generator import BatchNormStatistics, data_free_terms, total_variation
+from dpdistill.losses.generator import FeatureStatistics, data_free_terms, total_variation
 from dpdistill.progress import Pace, Progress, in_phase
 from dpdistill.training.annotation import (
     Annotator,
@@ -55,6 +55,7 @@ from dpdistill.training.annotation import (
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
+from dpdistill.training.feature_statistics import Statistics, statistics_targets
 from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
@@ -94,7 +95,10 @@ class TranscriptionEngine:
     def __init__(self, config: TranscriptionConfig, teacher: Classifier | TeacherEnsemble | None,
                  in_shape: tuple[int, int, int], num_classes: int, test_set: ImageDataset | None = None,
                  work_dir: Path | None = None, progress: Progress | None = None,
-                 owners: RemoteAnnotator | None = None, privacy_plan: PrivacyPlan | None = None) -> None:
+                 owners: RemoteAnnotator | None = None, privacy_plan: PrivacyPlan | None = None,
+                 statistics: Statistics | None = None) -> None:
+        """`statistics`: the teacher's released feature statistics (training/feature_statistics.py), which the
+        generator's images are to match with weight `statistics_weight`."""
         config.validate(num_classes)
         if owners is None:
             _check_teacher(config, teacher)
@@ -141,6 +145,11 @@ class TranscriptionEngine:
             raise ConfigError(f"batchnorm-weight needs a discriminator with BatchNorm layers; the "
                               f"{' and '.join(discriminators)} ({', '.join(type(m).__name__ for m in discriminators.values())}) "
                               f"have none")
+        if (statistics is None) != (config.statistics_weight == 0):
+            raise ConfigError("statistics-weight weighs the teacher's released feature statistics: a release makes "
+                              "them (dpdistill release); without them set it to 0")
+        self.released_statistics = (None if statistics is None
+                                    else statistics_targets(self.teacher, statistics, self.device))
         self.noise = noise_source(config.reproducible_noise, config.seed)
         self.ledger = self.plan.ledger()
         self.journal = AnswerJournal(work_dir / "resume" / "answers") if work_dir and self.ledger is not None else None
@@ -303,7 +312,7 @@ class TranscriptionEngine:
 
     def _discriminate(self, model: Classifier, images: Tensor) -> "DiscriminatorView":
         """A discriminator's features and logits on the generated images, with its BatchNorm-statistics term."""
-        with BatchNormStatistics(model, enabled=self.config.batchnorm_weight > 0) as batchnorm:
+        with FeatureStatistics.of_batchnorm(model, enabled=self.config.batchnorm_weight > 0) as batchnorm:
             features = model.features(images)
             logits = model.classify(features)
         return DiscriminatorView(features, logits, batchnorm.loss() if batchnorm.terms else None)
@@ -318,6 +327,10 @@ class TranscriptionEngine:
         view = teacher_view if teacher_view is not None else self._discriminate(self.student, images)
         student_logits = view.logits if teacher_view is None else self.student(images)
         terms = self._discriminator_terms(view)
+        if self.released_statistics is not None:  # the teacher's layers, against their released statistics
+            with FeatureStatistics(self.released_statistics) as statistics:
+                self.teacher(images)
+            terms["statistics"] = config.statistics_weight * statistics.loss()
         if config.smoothness_weight > 0:
             terms["smoothness"] = config.smoothness_weight * total_variation(images)
         if targets is not None:

@@ -91,7 +91,7 @@ def execute(method: Method, source: Source, config: Any, out_dir: Path, resume: 
         for name, (model, meta) in outcome.models.items():
             save_model(out_dir, model, meta, name=name, provenance=provenance)
         if provenance is not None:
-            inherited = None if job.inherits is None else ReleaseLedger(job.inherits).own()
+            inherited = job.own or (None if job.inherits is None else ReleaseLedger(job.inherits).own())
             ReleaseLedger(out_dir).record_own(method.name, inherited or (
                 provenance.as_release() if job.inherits is not None else released))
         report = {"method": method.name, **outcome.report, "privacy": privacy, "config": config.to_dict(),

@@ -1,13 +1,18 @@
 """One release for the user who holds the private data: a DP teacher, transcribed at no further cost into a student
 of any architecture, a generator and a synthetic set (`dpdistill release`).
 
-1. Teach: the best private route the data allows, DP-SGD on scattering features (`scatter-linear`, the
-   `train-private` route), into OUT/teacher. Its epsilon is the whole release's.
-2. Transcribe: the data-free engine (methods/engine.py) reads that teacher without noise. The teacher is itself a
-   DP release, so every read of it is post-processing: the student, the generator, its latent vectors and the
-   synthetic set carry the teacher's guarantee, and the teacher's ledger records the transcription as free.
+1. Teach: DP-SGD on the private data (the `train-private` route) into OUT/teacher, a cnn by default, at all but
+   `statistics_share` of the budget.
+2. Picture the data: one Gaussian release, at that share, of the means and variances of the inputs of the teacher's
+   normalisation layers over the private data (training/feature_statistics.py), kept in OUT/teacher beside it: what
+   BatchNorm would have kept and a DP-SGD model, normalised per example, does not.
+3. Transcribe: the data-free engine (methods/engine.py) reads the teacher without noise, its generator matching the
+   released statistics. Both are DP releases, so every read of them is post-processing: the student, the generator,
+   its latent vectors and the synthetic set carry their guarantee, the two composed (basic composition: epsilons
+   and deltas add up to the requested budget), and the teacher's ledger records the transcription as free.
 
-Nothing but the teacher's DP-SGD steps reads the private data; the test split only measures accuracy.
+Nothing but the teacher's DP-SGD steps and the statistics' release reads the private data; the test split only
+measures accuracy.
 """
 
 from __future__ import annotations
@@ -20,16 +25,22 @@ from typing import Any
 
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
-from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
+from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
 from dpdistill.methods.config import TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
-from dpdistill.methods.lifecycle import execute
+from dpdistill.methods.lifecycle import execute, reserve_all
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
 from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, dataset_help, out_option,
                                resume_option, set_option)
-from dpdistill.privacy.ledger import Release, ReleaseLedger
+from dpdistill.privacy.ledger import Release, ReleaseLedger, reproducible_noise_read
+from dpdistill.methods.teachers import read_teacher
+from dpdistill.privacy.accounting import REPLACE_ONE
+from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
+from dpdistill.privacy.randomness import noise_source
+from dpdistill.training.feature_statistics import (STATISTICS_FILE, plan_statistics, release_statistics,
+                                                   save_statistics)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
@@ -38,7 +49,12 @@ from dpdistill.training.private import (PrivateTrainingConfig, plan_private_trai
                                        with_public_size)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
-TEACHER_ARCH = "scatter-linear"  # Tramer & Boneh's route: the best measured at a small epsilon (BENCHMARKS.md)
+TEACHER_ARCH = "cnn"  # a cnn teacher transcribes into a cnn far better than a scattering one (docs/methods/release.md)
+TEACHER_DEFAULTS = {"batch_size": 1024, "lr": 3e-3, "epochs": 3}  # the cnn teacher's DP-SGD schedule: the
+# dpsgd-cnn benchmark rows' (BENCHMARKS.md), measured on Fashion-MNIST itself, so chosen on the private data there
+STATISTICS_SHARE = 0.05  # of the budget (epsilon and delta), for the released statistics: at epsilon 1 on 60,000
+# examples their noise costs nothing measurable (docs/methods/release.md)
+STATISTICS_METHOD, STATISTICS_KEY = "release: feature statistics", "statistics"  # its ledger entries' method and key
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
 TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
@@ -50,8 +66,13 @@ class ReleaseConfig:
 
     teacher: PrivateTrainingConfig
     transcription: TranscriptionConfig
+    statistics_epsilon: float = 0.0  # the released statistics' budget, beside the teacher's (0: none released)
+    statistics_delta: float = 0.0
 
     def __post_init__(self) -> None:
+        if (self.statistics_epsilon > 0) != (self.transcription.statistics_weight > 0):
+            raise ConfigError("the transcription matches released feature statistics (statistics_weight) exactly "
+                              "when the release makes them (--statistics-share above 0)")
         if self.teacher.method != DPSGD.name:
             raise ConfigError(f"a release's teacher is trained with dpsgd (covered), not {self.teacher.method}")
         if self.transcription.privacy.mode != "none":
@@ -64,12 +85,19 @@ class ReleaseConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": PrivateRelease.name, "teacher": self.teacher.to_dict(),
-                "transcription": self.transcription.to_dict()}
+                "transcription": self.transcription.to_dict(), "statistics_epsilon": self.statistics_epsilon,
+                "statistics_delta": self.statistics_delta}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ReleaseConfig":
         return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
-                   TranscriptionConfig.from_dict(values["transcription"]))
+                   TranscriptionConfig.from_dict(values["transcription"]), values.get("statistics_epsilon", 0.0),
+                   values.get("statistics_delta", 0.0))
+
+    @property
+    def epsilon(self) -> float:
+        """The whole release's budget: the teacher's and the statistics' (basic composition)."""
+        return self.teacher.epsilon + self.statistics_epsilon
 
 
 class PrivateRelease(Method):
@@ -105,32 +133,60 @@ class ReleaseJob(Job):
     def __init__(self, config: ReleaseConfig, out_dir: Path, progress: Progress | None) -> None:
         self.config, self.out_dir, self.progress = config, out_dir, progress
         self.teacher_dir = self.inherits = out_dir / TEACHER_DIR  # its models are the DP teacher's release
-        dataset = load_dataset(config.teacher.dataset)
+        self.dataset = load_dataset(config.teacher.dataset)
         # the teacher's public training-set size; a noisy count drawn here is released (and charged) only by the
         # teacher's own run, which keeps it in OUT/teacher/config.json
-        self.teacher_config = with_public_size(config.teacher, dataset)
-        plan_private_training(self.teacher_config, public_train_size(self.teacher_config, dataset))
-        config.transcription.validate(dataset.num_classes)
+        self.teacher_config = with_public_size(config.teacher, self.dataset)
+        plan_private_training(self.teacher_config, public_train_size(self.teacher_config, self.dataset))
+        self.statistics = (None if config.statistics_epsilon == 0 else
+                           plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation))
+        config.transcription.validate(self.dataset.num_classes)
         for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
-            build_classifier(arch, dataset.input_shape, dataset.num_classes)  # after the teacher's training
+            build_classifier(arch, self.dataset.input_shape, self.dataset.num_classes)  # after the teacher's training
 
     def run(self, resume: bool) -> Outcome:
         started = time.perf_counter()
         teacher = self._teach()
+        self._release_statistics()
         transcription = TranscriptionJob(self.teacher_dir, self.config.transcription, self.out_dir,
                                          self.config.teacher.dataset, self.progress, TRANSCRIPTION_PHASE)
         self.uncovered = transcription.uncovered  # none, unless the teacher's own run has no guarantee
+        self.own = transcription.own  # the teacher's release and its statistics', where it made them
         outcome = transcription.run(resume=release_state(self.out_dir).exists())
         ledger = ReleaseLedger(self.teacher_dir)  # the transcription, recorded in the teacher's ledger: free
         free = Release.post_processing(self.config.teacher.delta).with_reads(self.uncovered)  # unless it read more
         outcome.privacy["ledger"] = ledger.standing(ledger.settle(self.out_dir, PrivateRelease.name, free))
         outcome.report["teacher"] = {"path": str(self.teacher_dir), "arch": self.config.teacher.student_arch,
                                      "accuracy": teacher["accuracy"]["student"]}
+        if self.statistics is not None:
+            outcome.report["statistics"] = {"path": str(self.teacher_dir / STATISTICS_FILE),
+                                            **self.statistics.figures()}
         if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds);
             whole = time.perf_counter() - started  # the teacher's training grows with the private count: private
             transcribed = outcome.private_record
             outcome.private_record = lambda: {**transcribed(), "timing": {WITH_TEACHER: whole}}
         return outcome
+
+    def _release_statistics(self) -> None:
+        """The released picture of the data, once: reserved in the teacher's ledger and the data set's (under
+        replace-one, as they compose), drawn, saved, then settled. A resumed release whose statistics are saved
+        uses them; one interrupted before they were saved published nothing, and draws them afresh."""
+        path = self.teacher_dir / STATISTICS_FILE
+        if self.statistics is None or path.exists():
+            return
+        config = self.teacher_config  # debugging noise from the seed: recorded as unbounded, as the teacher's run
+        key = self.out_dir / STATISTICS_KEY
+        release = self.statistics.release(REPLACE_ONE).with_reads(reproducible_noise_read(config.reproducible_noise))
+        reservations = [(ReleaseLedger(self.teacher_dir), release),
+                        (DatasetLedger(*data_read(self.dataset, self.config.teacher.dataset)), release)]
+        reserve_all(reservations, key, STATISTICS_METHOD, resume=True)
+        teacher, _meta = read_teacher(self.teacher_dir)
+        statistics = release_statistics(teacher, self.dataset.x_train, public_train_size(config, self.dataset),
+                                        self.statistics.multiplier, noise_source(config.reproducible_noise, config.seed),
+                                        self.statistics.clip, config.device, self.progress)
+        save_statistics(path, statistics, self.statistics.figures())
+        for ledger, reserved in reservations:
+            ledger.settle(key, STATISTICS_METHOD, reserved)
 
     def _teach(self) -> dict[str, Any]:
         """The teacher's report: its run finished already (a resumed release), continued, or trained now."""
@@ -147,18 +203,26 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                          teacher_arch: str = TEACHER_ARCH, student_arch: str = STUDENT_ARCH,
                          synthetic_size: int = SYNTHETIC_SIZE, preset: str | None = None, seed: int = 0,
                          device: str = "cpu", teacher_options: dict[str, Any] | None = None,
-                         transcription_options: dict[str, Any] | None = None) -> ReleaseConfig:
-    """A release's two configurations from the command's options: the teacher's are `train-private`'s (its defaults
-    for `teacher_arch`, then `teacher_options`), the transcription's the engine's (the `dp-teacher` preset unless
-    `preset` names others, then `transcription_options`); both share the seed and the device."""
-    teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name, "epsilon": epsilon, "delta": delta,
-                                       "relation": relation, "student_arch": teacher_arch, "seed": seed,
-                                       "device": device, **(teacher_options or {})})
+                         transcription_options: dict[str, Any] | None = None,
+                         statistics_share: float = STATISTICS_SHARE) -> ReleaseConfig:
+    """A release's configurations from the command's options: the teacher's are `train-private`'s (its defaults for
+    `teacher_arch`, the cnn's schedule for the default cnn, then `teacher_options`) at all but `statistics_share` of
+    (epsilon, delta), the transcription's the engine's (the `dp-teacher` preset unless `preset` names others, then
+    `transcription_options`), matching the statistics released at that share; all share the seed and the device."""
+    if not 0 <= statistics_share < 0.5:
+        raise ConfigError(f"--statistics-share must be in [0, 0.5), got {statistics_share}")
+    schedule = TEACHER_DEFAULTS if teacher_arch == TEACHER_ARCH else {}
+    teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
+                                       "epsilon": epsilon * (1 - statistics_share),
+                                       "delta": delta * (1 - statistics_share), "relation": relation,
+                                       "student_arch": teacher_arch, "seed": seed, "device": device, **schedule,
+                                       **(teacher_options or {})})
     transcription = build_config(preset, {"method": "dpsd", "student_arch": student_arch,
                                           "synthetic_size": synthetic_size, "seed": seed, "device": device,
+                                          "statistics_weight": 1.0 if statistics_share else 0.0,
                                           **(transcription_options or {})},
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
-    return ReleaseConfig(teacher, transcription)
+    return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share)
 
 
 def run_release(config: ReleaseConfig | None, out_dir: Path, resume: bool = False, progress: Progress | None = None,
@@ -188,7 +252,8 @@ def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
                      **({} if values["iterations"] is None else {"iterations": values["iterations"]})}
     return build_release_config(values["dataset"], values["epsilon"], values["delta"], values["relation"],
                                 values["teacher_arch"], values["student_arch"], values["synthetic_size"],
-                                values["preset"], values["seed"], values["device"], teacher, transcription)
+                                values["preset"], values["seed"], values["device"], teacher, transcription,
+                                values["statistics_share"])
 
 
 COMMAND = CommandSpec(
@@ -199,8 +264,9 @@ COMMAND = CommandSpec(
                     field=False),
              out_option("directory for the student, the generator, synthetic.npz and the report; the DP teacher "
                         "goes to OUT/teacher"),
-             Option("epsilon", float, help="the whole release's budget: the DP teacher's (its transcription is "
-                                           "post-processing and costs nothing)", field=False),
+             Option("epsilon", float, help="the whole release's budget: the DP teacher's and its released "
+                                           "statistics' (its transcription is post-processing and costs nothing)",
+                    field=False),
              Option("delta", float, 1e-5, "delta of (epsilon, delta)-DP", field=False),
              Option("relation", str, ADD_REMOVE, "the neighbouring relation of the budget: add-remove (Opacus', the "
                                                  "default) or replace-one (as the teacher routes; more noise)",
@@ -209,7 +275,13 @@ COMMAND = CommandSpec(
                                                        "module:callable", field=False),
              Option("synthetic_size", int, SYNTHETIC_SIZE, "synthetic images to release, classes balanced (0: none)",
                     min=0, field=False),
-             Option("teacher_arch", str, TEACHER_ARCH, "the DP-SGD teacher's architecture", field=False),
+             Option("teacher_arch", str, TEACHER_ARCH, "the DP-SGD teacher's architecture (the cnn with its own "
+                                                       "schedule; any other with the defaults of train-private)",
+                    field=False),
+             Option("statistics_share", float, STATISTICS_SHARE, "the share of --epsilon and --delta spent on the "
+                                                                 "teacher's released feature statistics, the "
+                                                                 "generator's picture of the data (0: none)",
+                    field=False),
              Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
                                                       "data set's declared size, else a noisy count of it at 1% of "
                                                       "--epsilon]", min=1, field=False),

@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
+import dp_accounting
 import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
@@ -28,19 +29,24 @@ from dpdistill.methods.teachers import (classifier_meta, data_digest, evaluation
                                        read_teacher, teacher_accuracy, teacher_data_set)
 from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
-from dpdistill.privacy.ledger import Release, UncoveredRead, reproducible_noise_read
+from dpdistill.privacy.accounting import REPLACE_ONE
+from dpdistill.privacy.ledger import Release, ReleaseLedger, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
 from dpdistill.privacy.selection import selection_notes, with_selection
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve
 from dpdistill.reporting.transcription import transcription_markdown
 from dpdistill.runs import release_state, saved_config
+from dpdistill.training.feature_statistics import STATISTICS_FILE, Statistics, StatisticsPlan, load_statistics
 from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
 FIDELITY_PHASE = "synthetic set's Fréchet distance"  # the progress display's name for its feature passes
 COVERS = "the student, the generator and its latent vectors (post-processing of the noisy releases)"
 DP_TEACHER_COVERS = ("the student, the generator, its latent vectors and the synthetic set (post-processing of the "
                      "teacher's own DP release: nothing else private was read)")
+STATISTICS_COVERS = ("the student, the generator, its latent vectors and the synthetic set (post-processing of the "
+                     "teacher's own DP release and of its released feature statistics: nothing else private was read)")
+STATISTICS_SCOPE = "the teacher's own DP release and its released feature statistics (post-processing)"
 SOURCE_COVERS = ("the student (post-processing of the sample source's release and the noisy answers; epsilon is "
                  "their composition)")
 NO_PRIVACY = UncoveredRead("the teacher's answers, without noise (privacy mode none)", "nothing")
@@ -61,6 +67,42 @@ def uncovered_reads(config: TranscriptionConfig, teacher: Provenance | None = No
     if config.generator_sees_teacher:
         reads.append(GENERATOR_READS_TEACHER)
     return reads
+
+
+class StatisticsRead(NamedTuple):
+    """What a transcription that matches a DP teacher's released statistics reads, and what it then releases."""
+
+    statistics: Statistics | None
+    provenance: Provenance | None  # the teacher's release and the statistics' together
+    own: Release | None  # the same, as its models' own ledger records it
+    figures: dict[str, Any] | None  # the statistics' release, as its file states it
+
+
+def released_statistics(teacher_dir: Path, config: TranscriptionConfig, provenance: Provenance | None
+                        ) -> StatisticsRead:
+    """The DP teacher's released feature statistics, where the transcription weighs them, and the release the
+    transcription then post-processes: the teacher's and the statistics' together (basic composition: their
+    epsilons and deltas add), as its report states it and as its models' own ledger records it (under
+    replace-one). A release writes them beside its teacher and records them in its ledgers (methods/release.py)."""
+    if config.statistics_weight == 0:
+        return StatisticsRead(None, provenance, None, None)
+    path = teacher_dir / STATISTICS_FILE
+    if not path.exists():
+        raise ConfigError(f"statistics-weight matches a DP teacher's released feature statistics, and {teacher_dir} "
+                          f"holds none ({STATISTICS_FILE}, written by dpdistill release): set it to 0")
+    statistics, figures = load_statistics(path)
+    if provenance is None:  # a teacher without a guarantee: nothing read from it is covered anyway
+        return StatisticsRead(statistics, None, None, figures)
+    teacher = ReleaseLedger(teacher_dir).own() or provenance.as_release()
+    released = StatisticsPlan.of_figures(figures).release(REPLACE_ONE)
+    own = Release(dp_accounting.ComposedDpEvent([teacher.event, released.event]), teacher.delta + released.delta,
+                  teacher.epsilon + released.epsilon)
+    replace_one = (None if provenance.epsilon_replace_one is None
+                   else provenance.epsilon_replace_one + figures["epsilon_replace_one"])
+    return StatisticsRead(statistics, dataclasses.replace(
+        provenance, epsilon=provenance.epsilon + figures[f"epsilon_{provenance.relation.replace('-', '_')}"],
+        delta=provenance.delta + figures["delta"], epsilon_replace_one=replace_one,
+        covers=f"{provenance.covers}, with its released feature statistics ({STATISTICS_FILE})"), own, figures)
 
 
 class TranscriptionMethod(Method):
@@ -115,9 +157,12 @@ class TranscriptionJob(Job):
                         if self.dataset_name else None)
         self.class_names = model_class_names(self.meta, self.dataset)  # the student's: the teacher's classes
         self.progress, self.out_dir = progress, out_dir
+        read = released_statistics(teacher_dir, config, self.provenance)
+        self.provenance, self.own, self.statistics_figures = read.provenance, read.own, read.figures
         self.engine = TranscriptionEngine(config, self.teacher, self.in_shape, num_classes, self.dataset,
                                           out_dir / PRIVATE_DIR,
-                                          progress if phase is None else in_phase(progress, phase, config.iterations))
+                                          progress if phase is None else in_phase(progress, phase, config.iterations),
+                                          statistics=read.statistics)
         self.engine.plan.refuse_near_random()
         self.ledger_dir = teacher_dir
         self.source = self.engine.samples
@@ -153,6 +198,8 @@ class TranscriptionJob(Job):
             privacy = self.source.privacy(privacy, route)
         if self.provenance is not None:
             privacy = inherited_privacy(privacy, self.provenance)
+        if self.statistics_figures is not None:
+            privacy.update(released_statistics=self.statistics_figures, epsilon_scope=STATISTICS_SCOPE)
         privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION,), dataclasses.asdict(config),
                                                           data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
@@ -164,8 +211,8 @@ class TranscriptionJob(Job):
             report["samples"] = f"drawn uniformly from {self.source.description}; no generator was trained"
         if self.provenance is not None:  # a DP release's accuracy on public test images is public
             report["accuracy"]["teacher"] = self._teacher_accuracy()
-        covers = (SOURCE_COVERS if self.source is not None else DP_TEACHER_COVERS if self.provenance is not None
-                  else COVERS)
+        covers = (SOURCE_COVERS if self.source is not None else COVERS if self.provenance is None
+                  else DP_TEACHER_COVERS if self.statistics_figures is None else STATISTICS_COVERS)
         return Outcome(
             report=report, privacy=privacy, covers=covers, models=models,
             private_record=lambda: {} if self.provenance is not None else {

@@ -21,8 +21,13 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
                    f"{number(privacy.get('route_epsilon'))} more, recorded in the teacher's ledger.")
         claim = ("its owner's declaration, NOT verified by dpdistill" if not teacher["verified"]
                  else f"dpdistill's {teacher['release']} run {teacher.get('run')}")
+        statistics = ("" if "released_statistics" not in privacy else
+                      ", and so are its released feature statistics (epsilon "
+                      f"{number(privacy['released_statistics']['epsilon_' + privacy['relation'].replace('-', '_')])}, "
+                      f"delta {privacy['released_statistics']['delta']:g}: the two add up)")
         return (f"{guarantee(privacy)} with respect to {privacy['unit']}, by post-processing: the teacher is itself "
-                f"a DP release ({claim}), and nothing else private was read.{answers} Covered: {privacy['covered']}.")
+                f"a DP release ({claim}){statistics}; nothing else private was read.{answers} Covered: "
+                f"{privacy['covered']}.")
     if mode == "none":
         return "**No privacy guarantee.** The student learned from the teacher's unprotected answers."
     unit, notion = (("one private training example", "DP") if mode == "data"
@@ -67,7 +72,12 @@ def release_markdown(report: dict[str, Any]) -> str:
     teacher = report["teacher"]  # its training time, which grows with the private count, is the private record's
     return transcription_markdown(report, f"# dpdistill release on {report['dataset']}: a DP teacher, transcribed", [
         f"| DP teacher | {teacher['arch']}, its run in {teacher['path']} |",
-        f"| budget (as requested: the DP teacher's) | {number(report['config']['teacher']['epsilon'])} |"])
+        f"| budget (as requested: the DP teacher's{' and its statistics' if 'statistics' in report else ''}) | "
+        f"{number(report['config']['teacher']['epsilon'] + report['config'].get('statistics_epsilon', 0.0))} |",
+        *([] if "statistics" not in report else [
+            f"| released feature statistics (the generator's picture of the data) | epsilon "
+            f"{number(report['statistics']['epsilon_add_remove'])}, delta {report['statistics']['delta']:g}, in "
+            f"{report['statistics']['path']} |"])])
 
 
 def _synthetic_rows(report: dict[str, Any]) -> list[str]:

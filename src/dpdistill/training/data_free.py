@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.errors import ConfigError
-from dpdistill.losses.generator import BatchNormStatistics, data_free_terms
+from dpdistill.losses.generator import FeatureStatistics, data_free_terms
 from dpdistill.models.base import Classifier
 from dpdistill.models.generator import Generator
 from dpdistill.models.registry import build_generator
@@ -69,7 +69,7 @@ def check_batchnorm_term(classifier: Classifier, config: DataFreeConfig, name: s
                          way_out: str = "set the generator's batchnorm-weight to 0") -> None:
     """The BatchNorm term matches the classifier's BatchNorm statistics: refused where it has none (a caller
     checks before it writes anything, naming the classifier and the way out in its own options)."""
-    if config.batchnorm_weight > 0 and not BatchNormStatistics(classifier).layers:
+    if config.batchnorm_weight > 0 and not FeatureStatistics.of_batchnorm(classifier).layers:
         raise ConfigError(f"{name} has no BatchNorm layers, whose statistics the generator's batchnorm-weight term "
                           f"matches: {way_out}")
 
@@ -83,7 +83,7 @@ def train_data_free_generator(classifier: Classifier, out_shape: tuple[int, int,
         raise ConfigError("the generator's classifier must expose its features (a dpdistill classifier): an imported "
                           "model without them cannot drive the activation term")
     check_batchnorm_term(classifier, config)
-    statistics = BatchNormStatistics(classifier, enabled=config.batchnorm_weight > 0)
+    statistics = FeatureStatistics.of_batchnorm(classifier, enabled=config.batchnorm_weight > 0)
     torch.manual_seed(seed)
     generator = config.build(out_shape).to(device)
     classifier = classifier.to(device).eval().requires_grad_(False)

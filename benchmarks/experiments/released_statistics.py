@@ -1,0 +1,69 @@
+"""A DP teacher's transcription with and without released feature statistics (training/feature_statistics.py): the
+teacher's directory is copied, its normalisation layers' input statistics are released there (with the noise of
+`--multiplier`, or exactly: the noise-free control), and the transcription runs on the copy with the generator
+matching them.
+
+    python benchmarks/experiments/released_statistics.py TEACHER_DIR OUT [--dataset fmnist] [--multiplier Z | --exact]
+        [--norms] [-- TRANSCRIBE_OPTIONS...]
+
+`--norms` prints the quantiles of the per-example moment norms (how CLIP was chosen, on the MNIST set) and stops.
+The statistics' figures are stated in the copy, composed with the teacher's by the transcription's report (the
+control's epsilon is infinite); `dpdistill release` makes both releases itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from dpdistill.data import load_dataset
+from dpdistill.methods.teachers import read_teacher
+from dpdistill.privacy.randomness import noise_source
+from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, StatisticsPlan, per_example_moments,
+                                                   release_statistics, save_statistics)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("teacher", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--dataset", default="fmnist")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("--multiplier", type=float, default=40.0, help="the release's noise multiplier")
+    noise.add_argument("--exact", action="store_true", help="no noise: the noise-free control (NO guarantee)")
+    parser.add_argument("--norms", action="store_true")
+    options, transcribe = parser.parse_known_args()
+    teacher, _meta = read_teacher(options.teacher)
+    data = load_dataset(options.dataset)
+    if options.norms:
+        with torch.no_grad():
+            norms = per_example_moments(teacher.eval(), data.x_train[:5000], 1e30).norm(dim=1)
+        print(json.dumps({str(q): norms.quantile(q).item() for q in (0.5, 0.9, 0.99, 1.0)}))
+        return
+    copy = options.out / "teacher"
+    shutil.copytree(options.teacher, copy, dirs_exist_ok=True)
+    multiplier = 0.0 if options.exact else options.multiplier
+    statistics = release_statistics(teacher, data.x_train, len(data.y_train), multiplier,
+                                    noise_source(False, 0), CLIP)
+    figures = StatisticsPlan(multiplier, 1e-5).figures() if multiplier else {
+        "noise_multiplier": 0.0, "clip": CLIP, "delta": 0.0, "epsilon_add_remove": float("inf"),
+        "epsilon_replace_one": float("inf")}
+    save_statistics(copy / STATISTICS_FILE, statistics, figures)
+    command = [str(Path(sys.executable).with_name("dpdistill")), "transcribe", "--teacher", str(copy), "--out",
+               str(options.out / "run"), "--privacy", "none", "--dataset", options.dataset,
+               "--set", "statistics_weight=1", *[part for part in transcribe if part != "--"]]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=True)
+    report = json.loads((options.out / "run" / "report.json").read_text())
+    print(json.dumps({"multiplier": multiplier, "accuracy": report["accuracy"],
+                      "frechet": report.get("synthetic", {}).get("fidelity", {}).get("synthetic_to_real")}))
+
+
+if __name__ == "__main__":
+    main()
