@@ -7,8 +7,8 @@ matching them.
         [--norms] [-- TRANSCRIBE_OPTIONS...]
 
 `--norms` prints the quantiles of the per-example moment norms (how CLIP was chosen, on the MNIST set) and stops.
-The statistics' figures are stated in the copy, composed with the teacher's by the transcription's report (the
-control's epsilon is infinite); `dpdistill release` makes both releases itself.
+The statistics' figures are stated in the copy and its ledger, composed with the teacher's by the transcription's
+report (the control's, without noise, reports no guarantee); `dpdistill release` makes both releases itself.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ import torch
 from dpdistill.data import load_dataset
 from dpdistill.methods.teachers import read_teacher
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, StatisticsPlan, per_example_moments,
-                                                   release_statistics, save_statistics)
+from dpdistill.privacy.accounting import REPLACE_ONE
+from dpdistill.privacy.ledger import ReleaseLedger
+from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
+                                                   per_example_moments, release_statistics, save_statistics)
 
 
 def main() -> None:
@@ -51,9 +53,14 @@ def main() -> None:
     multiplier = 0.0 if options.exact else options.multiplier
     statistics = release_statistics(teacher, data.x_train, len(data.y_train), multiplier,
                                     noise_source(False, 0), CLIP)
-    figures = StatisticsPlan(multiplier, 1e-5).figures() if multiplier else {
-        "noise_multiplier": 0.0, "clip": CLIP, "delta": 0.0, "epsilon_add_remove": float("inf"),
-        "epsilon_replace_one": float("inf")}
+    if multiplier:  # recorded in the copy's ledger, as a release records them
+        plan = StatisticsPlan(multiplier, 1e-5)
+        figures, ledger = plan.figures(), ReleaseLedger(copy)
+        ledger.reserve(options.out, STATISTICS_METHOD, plan.release(REPLACE_ONE))
+        ledger.settle(options.out, STATISTICS_METHOD, plan.release(REPLACE_ONE))
+    else:  # the control: no noise, so the transcription reports no guarantee
+        figures = {"noise_multiplier": 0.0, "clip": CLIP, "delta": 0.0, "epsilon_add_remove": float("inf"),
+                   "epsilon_replace_one": float("inf")}
     save_statistics(copy / STATISTICS_FILE, statistics, figures)
     command = [str(Path(sys.executable).with_name("dpdistill")), "transcribe", "--teacher", str(copy), "--out",
                str(options.out / "run"), "--privacy", "none", "--dataset", options.dataset,

@@ -70,7 +70,7 @@ def test_a_release_stopped_in_its_last_phase_resumes_there(tmp_path: Path, monke
 
 @pytest.mark.slow
 def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_and_records_both(tmp_path: Path):
-    from dpdistill.methods.release import STATISTICS_METHOD
+    from dpdistill.training.feature_statistics import STATISTICS_METHOD
     from dpdistill.privacy.ledger import ReleaseLedger
     from dpdistill.privacy.provenance import Provenance
     from dpdistill.models.checkpoint import load_classifier
@@ -92,6 +92,20 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
     assert own.epsilon == pytest.approx(teacher["epsilon_replace_one"] + statistics["epsilon_replace_one"])
     _, meta = load_classifier(tmp_path, "student")
     assert Provenance.of_meta(meta).epsilon == pytest.approx(privacy["epsilon"])
+    # statistics the teacher's ledger does not record (here: relabelled as noisier) are refused; without noise
+    # they are read as what they are, with no guarantee
+    from dpdistill.methods.transcription import released_statistics
+    from dpdistill.training.feature_statistics import StatisticsPlan, load_statistics, save_statistics
+
+    path = tmp_path / "teacher" / "statistics.safetensors"
+    kept, figures = load_statistics(path)
+    _, teacher_meta = load_classifier(tmp_path / "teacher", "student")
+    teacher_provenance = Provenance.of_meta(teacher_meta)
+    save_statistics(path, kept, StatisticsPlan(2 * figures["noise_multiplier"], figures["delta"]).figures())
+    with pytest.raises(ConfigError, match="not the release"):
+        released_statistics(tmp_path / "teacher", config.transcription, teacher_provenance)
+    save_statistics(path, kept, {**figures, "noise_multiplier": 0.0})
+    assert released_statistics(tmp_path / "teacher", config.transcription, teacher_provenance).provenance is None
 
 
 def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):

@@ -39,8 +39,8 @@ from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.feature_statistics import (STATISTICS_FILE, plan_statistics, release_statistics,
-                                                   save_statistics)
+from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
+                                                   release_statistics, save_statistics)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
@@ -54,7 +54,7 @@ TEACHER_DEFAULTS = {"batch_size": 1024, "lr": 3e-3, "epochs": 3}  # the cnn teac
 # dpsgd-cnn benchmark rows' (BENCHMARKS.md), measured on Fashion-MNIST itself, so chosen on the private data there
 STATISTICS_SHARE = 0.05  # of the budget (epsilon and delta), for the released statistics: at epsilon 1 on 60,000
 # examples their noise costs nothing measurable (docs/methods/release.md)
-STATISTICS_METHOD, STATISTICS_KEY = "release: feature statistics", "statistics"  # its ledger entries' method and key
+STATISTICS_KEY = "statistics"  # the key of the statistics' entries in the ledgers: OUT/statistics
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
 TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
@@ -93,11 +93,6 @@ class ReleaseConfig:
         return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
                    TranscriptionConfig.from_dict(values["transcription"]), values.get("statistics_epsilon", 0.0),
                    values.get("statistics_delta", 0.0))
-
-    @property
-    def epsilon(self) -> float:
-        """The whole release's budget: the teacher's and the statistics' (basic composition)."""
-        return self.teacher.epsilon + self.statistics_epsilon
 
 
 class PrivateRelease(Method):

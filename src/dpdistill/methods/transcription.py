@@ -5,6 +5,7 @@ into a student and a generator. Each of the three is a `TranscriptionMethod` wit
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar, NamedTuple, Sequence
@@ -37,7 +38,8 @@ from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.report import PRIVATE_DIR, save_image_grid, save_training_curve
 from dpdistill.reporting.transcription import transcription_markdown
 from dpdistill.runs import release_state, saved_config
-from dpdistill.training.feature_statistics import STATISTICS_FILE, Statistics, StatisticsPlan, load_statistics
+from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, Statistics, StatisticsPlan,
+                                                   load_statistics)
 from dpdistill.training.state import STATE_SKELETON, load_state, save_state
 
 FIDELITY_PHASE = "synthetic set's Fréchet distance"  # the progress display's name for its feature passes
@@ -91,10 +93,15 @@ def released_statistics(teacher_dir: Path, config: TranscriptionConfig, provenan
         raise ConfigError(f"statistics-weight matches a DP teacher's released feature statistics, and {teacher_dir} "
                           f"holds none ({STATISTICS_FILE}, written by dpdistill release): set it to 0")
     statistics, figures = load_statistics(path)
-    if provenance is None:  # a teacher without a guarantee: nothing read from it is covered anyway
-        return StatisticsRead(statistics, None, None, figures)
-    teacher = ReleaseLedger(teacher_dir).own() or provenance.as_release()
+    if provenance is None or not figures["noise_multiplier"] > 0:  # a teacher without a guarantee, or statistics
+        return StatisticsRead(statistics, None, None, figures)  # without noise: nothing read is covered
     released = StatisticsPlan.of_figures(figures).release(REPLACE_ONE)
+    ledger = ReleaseLedger(teacher_dir)
+    if not any(entry.method == STATISTICS_METHOD and math.isclose(entry.release.epsilon, released.epsilon)
+               for entry in ledger.read().entries):
+        raise ConfigError(f"the statistics in {path} are not the release {ledger.path} records ({STATISTICS_METHOD}): "
+                          f"altered, or written by something else; release them again with dpdistill release")
+    teacher = ledger.own() or provenance.as_release()
     own = Release(dp_accounting.ComposedDpEvent([teacher.event, released.event]), teacher.delta + released.delta,
                   teacher.epsilon + released.epsilon)
     replace_one = (None if provenance.epsilon_replace_one is None

@@ -38,6 +38,7 @@ from dpdistill.privacy.randomness import NoiseSource
 from dpdistill.progress import Progress
 
 STATISTICS_FILE = "statistics.safetensors"  # beside the model they were released for
+STATISTICS_METHOD = "release: feature statistics"  # their entry in that model's ledger
 CLIP = 20.0  # per-example L2 bound of the moments (module docstring, step 1)
 BATCH = 1000  # private images through the model at once
 PHASE = "released statistics"  # the progress display's name
