@@ -57,8 +57,9 @@ def test_the_noise_on_each_released_mean_has_the_planned_spread():
     exact = release_statistics(model, images, len(images), 0.0, noise_source(True, 0), clip=2.0)
     deviations = torch.cat([release_statistics(model, images, len(images), 3.0, noise_source(False), clip=2.0)[name][0]
                             - exact[name][0] for _ in range(60) for name in exact])
-    # noise of std 3 * 2 on each sum, over 200 examples: 0.03 on a mean; 420 draws put the sample std within 10%
-    assert deviations.std().item() == pytest.approx(3.0 * 2.0 / 200, rel=0.1)
+    # noise of std 3 * 2 on each sum, over 200 examples: 0.03 on a mean; the sample std of 420 draws has a relative
+    # spread of 1 / sqrt(840), 3.5%: 15% is over four of those (a false failure about once in 100,000 runs)
+    assert deviations.std().item() == pytest.approx(3.0 * 2.0 / 200, rel=0.15)
 
 
 def test_the_plan_spends_its_share_under_either_relation_and_doubles_the_noise_for_replacement():
