@@ -40,7 +40,7 @@ from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
-                                                   release_statistics, save_statistics)
+                                                   release_statistics, save_statistics, statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
@@ -136,8 +136,12 @@ class ReleaseJob(Job):
         self.statistics = (None if config.statistics_epsilon == 0 else
                            plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation))
         config.transcription.validate(self.dataset.num_classes)
-        for arch in (config.teacher.student_arch, config.transcription.student_arch):  # a bad name fails now, not
-            build_classifier(arch, self.dataset.input_shape, self.dataset.num_classes)  # after the teacher's training
+        # a bad name, or statistics the teacher cannot give, fail now, not after the teacher's training
+        teacher = build_classifier(config.teacher.student_arch, self.dataset.input_shape, self.dataset.num_classes)
+        build_classifier(config.transcription.student_arch, self.dataset.input_shape, self.dataset.num_classes)
+        if self.statistics is not None:
+            statistic_layers(teacher, f"--teacher-arch {config.teacher.student_arch}",
+                             ": give --statistics-share 0 (no released statistics) or another teacher")
 
     def run(self, resume: bool) -> Outcome:
         started = time.perf_counter()

@@ -30,7 +30,7 @@ from dpdistill.methods.teachers import (classifier_meta, data_digest, evaluation
                                        read_teacher, teacher_accuracy, teacher_data_set)
 from dpdistill.models.checkpoint import saved_class_names
 from dpdistill.models.ensemble import TeacherEnsemble, partition_reads
-from dpdistill.privacy.accounting import REPLACE_ONE
+from dpdistill.privacy.accounting import REPLACE_ONE, epsilon_key
 from dpdistill.privacy.ledger import Release, ReleaseLedger, UncoveredRead, reproducible_noise_read
 from dpdistill.privacy.provenance import Provenance
 from dpdistill.privacy.selection import selection_notes, with_selection
@@ -107,7 +107,7 @@ def released_statistics(teacher_dir: Path, config: TranscriptionConfig, provenan
     replace_one = (None if provenance.epsilon_replace_one is None
                    else provenance.epsilon_replace_one + figures["epsilon_replace_one"])
     return StatisticsRead(statistics, dataclasses.replace(
-        provenance, epsilon=provenance.epsilon + figures[f"epsilon_{provenance.relation.replace('-', '_')}"],
+        provenance, epsilon=provenance.epsilon + figures[epsilon_key(provenance.relation)],
         delta=provenance.delta + figures["delta"], epsilon_replace_one=replace_one,
         covers=f"{provenance.covers}, with its released feature statistics ({STATISTICS_FILE})"), own, figures)
 
@@ -206,7 +206,9 @@ class TranscriptionJob(Job):
         if self.provenance is not None:
             privacy = inherited_privacy(privacy, self.provenance)
         if self.statistics_figures is not None:
-            privacy.update(released_statistics=self.statistics_figures, epsilon_scope=STATISTICS_SCOPE)
+            privacy.update(released_statistics={**self.statistics_figures,  # and its epsilon under the report's relation
+                                                "epsilon": self.statistics_figures[epsilon_key(privacy["relation"])]},
+                           epsilon_scope=STATISTICS_SCOPE)
         privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION,), dataclasses.asdict(config),
                                                           data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,

@@ -113,6 +113,11 @@ NEIGHBOURING_RELATIONS = {ADD_REMOVE: dp_accounting.NeighboringRelation.ADD_OR_R
                           REPLACE_ONE: dp_accounting.NeighboringRelation.REPLACE_ONE}
 
 
+def epsilon_key(relation: str) -> str:
+    """A report's key of the epsilon under `relation`: epsilon_add_remove or epsilon_replace_one."""
+    return f"epsilon_{relation.replace('-', '_')}"
+
+
 def validate_relation(relation: str) -> None:
     if relation not in NEIGHBOURING_RELATIONS:
         raise PrivacyParameterError(f"unknown neighbouring relation {relation!r}: choose one of "

@@ -23,7 +23,7 @@ def privacy_statement(privacy: dict[str, Any]) -> str:
                  else f"dpdistill's {teacher['release']} run {teacher.get('run')}")
         statistics = ("" if "released_statistics" not in privacy else
                       ", and so are its released feature statistics (epsilon "
-                      f"{number(privacy['released_statistics']['epsilon_' + privacy['relation'].replace('-', '_')])}, "
+                      f"{number(privacy['released_statistics']['epsilon'])}, "
                       f"delta {privacy['released_statistics']['delta']:g}: the two add up)")
         return (f"{guarantee(privacy)} with respect to {privacy['unit']}, by post-processing: the teacher is itself "
                 f"a DP release ({claim}){statistics}; nothing else private was read.{answers} Covered: "

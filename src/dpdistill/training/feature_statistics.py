@@ -32,7 +32,8 @@ from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
-from dpdistill.privacy.accounting import ADD_REMOVE, REPLACE_ONE, GaussianQuery, calibrate, composed_epsilon
+from dpdistill.privacy.accounting import (ADD_REMOVE, REPLACE_ONE, GaussianQuery, calibrate, composed_epsilon,
+                                          epsilon_key)
 from dpdistill.privacy.ledger import Release
 from dpdistill.privacy.randomness import NoiseSource
 from dpdistill.progress import Progress
@@ -61,7 +62,7 @@ class StatisticsPlan:
 
     def query(self, relation: str) -> GaussianQuery:
         """The release as a Gaussian mechanism under `relation`: its multiplier is the std over that sensitivity."""
-        return GaussianQuery(self.multiplier / (2 if relation == REPLACE_ONE else 1))
+        return GaussianQuery(self.multiplier / _sensitivity(relation))
 
     def epsilon(self, relation: str) -> float:
         return composed_epsilon(self.query(relation), 1, self.delta)
@@ -72,7 +73,7 @@ class StatisticsPlan:
 
     def figures(self) -> dict[str, Any]:
         """The release's public description, kept in the statistics file and stated in reports."""
-        return {"epsilon_add_remove": self.epsilon(ADD_REMOVE), "epsilon_replace_one": self.epsilon(REPLACE_ONE),
+        return {**{epsilon_key(relation): self.epsilon(relation) for relation in (ADD_REMOVE, REPLACE_ONE)},
                 "delta": self.delta, "noise_multiplier": self.multiplier, "clip": self.clip,
                 "accountant": "dp-accounting (one Gaussian mechanism)"}
 
@@ -80,7 +81,12 @@ class StatisticsPlan:
 def plan_statistics(epsilon: float, delta: float, relation: str) -> StatisticsPlan:
     """The least noise whose release stays within (epsilon, delta) under `relation`."""
     query = calibrate(GaussianQuery, 1, epsilon, delta)
-    return StatisticsPlan(query.noise_multiplier * (2 if relation == REPLACE_ONE else 1), delta)
+    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta)
+
+
+def _sensitivity(relation: str) -> int:
+    """The moments' sum moves by this many times `clip` when one example changes under `relation`."""
+    return 2 if relation == REPLACE_ONE else 1
 
 
 def normalisation_layers(model: nn.Module) -> dict[str, nn.Module]:
@@ -93,11 +99,18 @@ def _channels(layer: nn.Module) -> int:
     return layer.num_channels if isinstance(layer, nn.GroupNorm) else layer.num_features
 
 
-def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor:
-    """(n, D): each example's per-channel means of every layer's input and of its square, clipped to norm `clip`."""
+def statistic_layers(model: nn.Module, name: str = "the model", way_out: str = "") -> dict[str, nn.Module]:
+    """`normalisation_layers`, refused in one line where there are none (`name` and `way_out`: the message's)."""
     layers = normalisation_layers(model)
     if not layers:
-        raise ConfigError("the model has no GroupNorm or BatchNorm layer whose inputs' statistics could be released")
+        raise ConfigError(f"{name} has no GroupNorm or BatchNorm layer whose inputs' statistics could be released"
+                          f"{way_out}")
+    return layers
+
+
+def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor:
+    """(n, D): each example's per-channel means of every layer's input and of its square, clipped to norm `clip`."""
+    layers = statistic_layers(model)
     captured: dict[str, Tensor] = {}
 
     def keep(name: str):  # by name: the concatenation follows normalisation_layers' order, not the forward's

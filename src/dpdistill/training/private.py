@@ -84,6 +84,7 @@ from dpdistill.privacy.accounting import (
     calibrate,
     composed_epsilon,
     composed_epsilon_rdp,
+    epsilon_key,
     validate_delta,
     validate_epsilon,
 )
@@ -550,11 +551,6 @@ def label_logits(labels: Tensor, num_classes: int) -> Tensor:
     """Logits of a teacher certain of each private label. KD against it is cross-entropy, so the annotator's
     distillation gradient is d CE / d logits = softmax(z) - one_hot(y). -1e4 rather than -inf keeps 0 * log 0 at 0."""
     return (F.one_hot(labels, num_classes).float() - 1) * 1e4
-
-
-def epsilon_key(relation: str) -> str:
-    """The report's key of the epsilon under `relation`: epsilon_add_remove or epsilon_replace_one."""
-    return f"epsilon_{relation.replace('-', '_')}"
 
 
 @dataclass
