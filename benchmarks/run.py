@@ -172,6 +172,8 @@ RELEASE_SIZE = ("--synthetic-size", "10000")  # the synthetic set measured: 10,0
 SCATTER_RELEASE = ("--teacher-arch", "scatter-linear", "--statistics-share", "0")
 SCATTER_TEACHERS = {"1": (), "10": ("--teacher-set", "batch_size=16384", "--teacher-set", "lr=16",
                                     "--teacher-set", "epochs=160")}
+# the release before its class statistics and longer loop: the layers' statistics alone, the dp-teacher preset's loop
+LAYERS_RELEASE = ("--statistics-resolution", "0", "--preset", "dp-teacher")
 
 
 def release_rows(dataset: str, headline_seeds: int) -> list[Run]:
@@ -179,20 +181,27 @@ def release_rows(dataset: str, headline_seeds: int) -> list[Run]:
     without noise into a cnn, its generator and 10,000 synthetic images) at epsilon 1 and 10 on Fashion-MNIST, and
     its control, a release whose noise is all but removed (what the transcription loses without any); the MNIST
     set (with the cnn's longer schedule there) is the proxy. Beside them, the release before its picture of the
-    data (a scatter-linear teacher, 60,000 images), as measured then."""
+    data (a scatter-linear teacher, 60,000 images), and the release before its class statistics (`layers`), as
+    measured then."""
     group, scatter_group = RELEASE_GROUP, RELEASE_GROUP + " (scatter-linear teacher, no released statistics)"
+    layers_group = RELEASE_GROUP + " (the layers' statistics alone, the dp-teacher preset's loop)"
     if dataset != "fmnist":
-        return [Run(f"release-eps1-{dataset}", group, dataset, ("--epsilon", "1", "--teacher-set", "epochs=10",
-                                                                *RELEASE_SIZE), command="release",
-                    quick_args=RELEASE_QUICK),
+        return [*(Run(f"release{name}-eps1-{dataset}", label, dataset,
+                      ("--epsilon", "1", "--teacher-set", "epochs=10", *RELEASE_SIZE, *extra), command="release",
+                      quick_args=RELEASE_QUICK) for name, label, extra in (("", group, ()),
+                                                                           ("-layers", layers_group, LAYERS_RELEASE))),
                 Run(f"release-scatter-linear-eps1-{dataset}", scatter_group, dataset,
                     ("--epsilon", "1", *SCATTER_RELEASE, "--teacher-set",
                      f"batch_size={8192 // SCATTER_SCALE.get(dataset, 1)}", "--teacher-set",
                      f"lr={8 / SCATTER_SCALE.get(dataset, 1):g}"), command="release", quick_args=RELEASE_QUICK)]
-    runs = [Run(f"release-eps{epsilon}-{dataset}", group, dataset, ("--epsilon", epsilon, *RELEASE_SIZE),
-                headline_seeds, command="release", quick_args=RELEASE_QUICK) for epsilon in ("1", "10")]
-    runs.append(Run(f"release-control-{dataset}", group + ": the control, epsilon 1000 (the noise all but removed)",
-                    dataset, ("--epsilon", "1000", *RELEASE_SIZE), command="release", quick_args=RELEASE_QUICK))
+    runs = []
+    for name, label, extra in (("", group, ()), ("-layers", layers_group, LAYERS_RELEASE)):
+        runs += [Run(f"release{name}-eps{epsilon}-{dataset}", label, dataset,
+                     ("--epsilon", epsilon, *RELEASE_SIZE, *extra), headline_seeds, command="release",
+                     quick_args=RELEASE_QUICK) for epsilon in ("1", "10")]
+        runs.append(Run(f"release{name}-control-{dataset}", label + ": the control, epsilon 1000 (the noise all but "
+                        "removed)", dataset, ("--epsilon", "1000", *RELEASE_SIZE, *extra), command="release",
+                        quick_args=RELEASE_QUICK))
     runs += [Run(f"release-scatter-linear-eps{epsilon}-{dataset}", scatter_group, dataset,
                  ("--epsilon", epsilon, *SCATTER_RELEASE, *teacher), headline_seeds if epsilon == "1" else 1,
                  command="release", quick_args=RELEASE_QUICK) for epsilon, teacher in SCATTER_TEACHERS.items()]
@@ -1086,8 +1095,8 @@ def release_table(rows: list[dict]) -> list[str]:
     """`dpdistill release`'s rows: the student, the classifier trained on the synthetic set alone, the DP teacher
     they came from, the release's epsilon under both relations, the synthetic set's Fréchet distance, time and
     memory; then the published private synthetic data beside them."""
-    releases = [row for row in rows if row["run"].startswith("release-")  # the release before its statistics
-                and not row["run"].startswith("release-scatter-linear-")]  # is in results.md and release.md
+    releases = [row for row in rows if row["run"].startswith("release-")  # the releases before are in results.md
+                and not row["run"].startswith(("release-scatter-linear-", "release-layers-"))]  # and release.md
     if not releases:
         return []
     lines = ["", "### One release from the private data: a DP teacher, transcribed for free", "",

@@ -4,9 +4,11 @@ teacher's directory is copied, its normalisation layers' input statistics are re
 matching them.
 
     python benchmarks/experiments/released_statistics.py TEACHER_DIR OUT [--dataset fmnist] [--multiplier Z | --exact]
-        [--norms] [-- TRANSCRIBE_OPTIONS...]
+        [--resolution R] [--norms] [-- TRANSCRIBE_OPTIONS...]
 
-`--norms` prints the quantiles of the per-example moment norms (how CLIP was chosen, on the MNIST set) and stops.
+`--resolution R` adds the class part (each class's images at R x R cells; 0, the default: the layers' part alone).
+`--norms` prints the quantiles of the per-example norms of the layers' moments and of the class part's cell moments
+at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set) and stops.
 The statistics' figures are stated in the copy and its ledger, composed with the teacher's by the transcription's
 report (the control's, without noise, reports no guarantee); `dpdistill release` makes both releases itself.
 """
@@ -27,7 +29,8 @@ from dpdistill.methods.teachers import read_teacher
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.ledger import ReleaseLedger
-from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
+from dpdistill.losses.generator import image_cells
+from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
                                                    per_example_moments, release_statistics, save_statistics)
 
 
@@ -39,27 +42,32 @@ def main() -> None:
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--multiplier", type=float, default=40.0, help="the release's noise multiplier")
     noise.add_argument("--exact", action="store_true", help="no noise: the noise-free control (NO guarantee)")
+    parser.add_argument("--resolution", type=int, default=0, help="the class part's cells a side (0: none)")
     parser.add_argument("--norms", action="store_true")
     options, transcribe = parser.parse_known_args()
     teacher, _meta = read_teacher(options.teacher)
     data = load_dataset(options.dataset)
     if options.norms:
         with torch.no_grad():
-            norms = per_example_moments(teacher.eval(), data.x_train[:5000], 1e30).norm(dim=1)
-        print(json.dumps({str(q): norms.quantile(q).item() for q in (0.5, 0.9, 0.99, 1.0)}))
+            norms = {"layers": per_example_moments(teacher.eval(), data.x_train[:5000], 1e30).norm(dim=1)}
+        for resolution in (7, 14):
+            cells = image_cells(data.x_train[:20000], resolution)
+            norms[f"cells {resolution}"] = torch.cat([cells, cells.pow(2)], 1).norm(dim=1)
+        print(json.dumps({part: {str(q): values.quantile(q).item() for q in (0.5, 0.9, 0.99, 1.0)}
+                          for part, values in norms.items()}))
         return
     copy = options.out / "teacher"
     shutil.copytree(options.teacher, copy, dirs_exist_ok=True)
-    multiplier = 0.0 if options.exact else options.multiplier
-    statistics = release_statistics(teacher, data.x_train, len(data.y_train), multiplier,
-                                    noise_source(False, 0), CLIP)
-    if multiplier:  # recorded in the copy's ledger, as a release records them
-        plan = StatisticsPlan(multiplier, 1e-5)
+    plan = StatisticsPlan(0.0 if options.exact else options.multiplier, 1e-5, resolution=options.resolution)
+    statistics = release_statistics(teacher, data.x_train, data.y_train, len(data.y_train), plan, data.num_classes,
+                                    noise_source(False, 0))
+    if plan.multiplier:  # recorded in the copy's ledger, as a release records them
         figures, ledger = plan.figures(), ReleaseLedger(copy)
         ledger.reserve(options.out, STATISTICS_METHOD, plan.release(REPLACE_ONE))
         ledger.settle(options.out, STATISTICS_METHOD, plan.release(REPLACE_ONE))
     else:  # the control: no noise, so the transcription reports no guarantee
-        figures = {"noise_multiplier": 0.0, "clip": CLIP, "delta": 0.0, "epsilon_add_remove": float("inf"),
+        figures = {"noise_multiplier": 0.0, "clip": plan.clip, "resolution": plan.resolution,
+                   "image_clip": plan.image_clip, "delta": 0.0, "epsilon_add_remove": float("inf"),
                    "epsilon_replace_one": float("inf")}
     save_statistics(copy / STATISTICS_FILE, statistics, figures)
     command = [str(Path(sys.executable).with_name("dpdistill")), "transcribe", "--teacher", str(copy), "--out",
@@ -68,7 +76,7 @@ def main() -> None:
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)
     report = json.loads((options.out / "run" / "report.json").read_text())
-    print(json.dumps({"multiplier": multiplier, "accuracy": report["accuracy"],
+    print(json.dumps({"multiplier": plan.multiplier, "accuracy": report["accuracy"],
                       "frechet": report.get("synthetic", {}).get("fidelity", {}).get("synthetic_to_real")}))
 
 

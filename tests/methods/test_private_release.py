@@ -80,7 +80,8 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
     assert config.teacher.epsilon == pytest.approx(1.9) and config.statistics_epsilon == pytest.approx(0.1)
     report = run_release(config, tmp_path)
     privacy, statistics = report["privacy"], report["statistics"]
-    assert (tmp_path / "teacher" / "statistics.safetensors").exists()
+    assert (tmp_path / "teacher" / "statistics.safetensors").exists() and statistics["resolution"] == 7
+    assert any("g_class_statistics" in record for record in report["history"])  # the generator matched the classes
     teacher = json.loads((tmp_path / "teacher" / "report.json").read_text())["privacy"]
     assert statistics["epsilon_add_remove"] <= 0.1 and teacher["epsilon"] <= 1.9
     assert privacy["epsilon"] == pytest.approx(teacher["epsilon"] + statistics["epsilon_add_remove"])
@@ -99,6 +100,7 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
 
     path = tmp_path / "teacher" / "statistics.safetensors"
     kept, figures = load_statistics(path)
+    assert kept.classes[0].shape == (10, 49)  # each class's images at 7 x 7 cells
     _, teacher_meta = load_classifier(tmp_path / "teacher", "student")
     teacher_provenance = Provenance.of_meta(teacher_meta)
     save_statistics(path, kept, StatisticsPlan(2 * figures["noise_multiplier"], figures["delta"]).figures())
@@ -110,6 +112,14 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
 
 def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
     config = build_release_config("digits", 2.0, statistics_share=0.0)
-    assert (config.teacher.epsilon, config.statistics_epsilon, config.transcription.statistics_weight) == (2.0, 0, 0)
+    assert (config.teacher.epsilon, config.statistics_epsilon, config.transcription.statistics_weight,
+            config.statistics_resolution) == (2.0, 0, 0, 0)
+    assert build_release_config("digits", 2.0, statistics_resolution=0).statistics_resolution == 0
+    # the release's longer loop, unless the user names a preset or the knobs themselves
+    assert (config.transcription.iterations, config.transcription.student_steps) == (600, 8)
+    assert build_release_config("digits", 2.0, preset="dp-teacher").transcription.iterations == 300
+    assert build_release_config("digits", 2.0, transcription_options={"iterations": 5}).transcription.iterations == 5
     with pytest.raises(ConfigError, match="statistics-share"):
         build_release_config("digits", 2.0, statistics_share=0.5)
+    with pytest.raises(ConfigError, match="statistics-resolution"):
+        build_release_config("digits", 2.0, statistics_resolution=-1)

@@ -1,5 +1,5 @@
-"""The released feature statistics: per-example moments clipped, the release's noise as planned, its accounting, the
-file round trip, and the generator's term against them."""
+"""The released feature statistics: per-example moments clipped, each example's class part bounded, the release's
+noise as planned, its accounting, the file round trip, and the generator's terms against them."""
 
 from pathlib import Path
 
@@ -8,12 +8,12 @@ import torch
 from torch import nn
 
 from dpdistill.errors import CheckpointError, ConfigError
-from dpdistill.losses.generator import FeatureStatistics
+from dpdistill.losses.generator import FeatureStatistics, image_cells
 from dpdistill.privacy.accounting import ADD_REMOVE, REPLACE_ONE, GaussianQuery, composed_epsilon
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.feature_statistics import (StatisticsPlan, load_statistics, per_example_moments,
-                                                   plan_statistics, release_statistics, save_statistics,
-                                                   statistics_targets)
+from dpdistill.training.feature_statistics import (StatisticsPlan, class_part, class_targets, load_statistics,
+                                                   per_example_moments, plan_statistics, release_statistics,
+                                                   save_statistics, statistics_targets)
 
 
 def small_model() -> nn.Module:
@@ -34,6 +34,14 @@ def exact_statistics(model: nn.Module, images: torch.Tensor) -> dict[str, tuple[
     return {name: (x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)) for name, x in seen.items()}
 
 
+def release(model: nn.Module, images: torch.Tensor, multiplier: float, clip: float = 20.0,
+            labels: torch.Tensor | None = None, resolution: int = 0, image_clip: float | None = None, seed=0):
+    """One release over all `images` (the public size is their count), from the seed's noise (None: secret)."""
+    labels = torch.zeros(len(images), dtype=torch.long) if labels is None else labels
+    plan = StatisticsPlan(multiplier, 1e-6, clip, resolution, image_clip)
+    return release_statistics(model, images, labels, len(images), plan, 3, noise_source(seed is not None, seed or 0))
+
+
 def test_each_examples_moments_are_clipped_to_the_bound_and_small_ones_kept():
     model, images = small_model(), torch.randn(50, 1, 6, 6)
     free = per_example_moments(model, images, 1e9)
@@ -47,19 +55,42 @@ def test_each_examples_moments_are_clipped_to_the_bound_and_small_ones_kept():
 
 def test_without_noise_the_release_is_each_layers_input_mean_and_variance():
     model, images = small_model(), torch.randn(300, 1, 6, 6)
-    released = release_statistics(model, images, len(images), 0.0, noise_source(True, 0), clip=1e9)
+    released = release(model, images, 0.0, clip=1e9)
+    assert released.classes is None
     for name, (mean, var) in exact_statistics(model, images).items():
-        assert torch.allclose(released[name][0], mean, atol=1e-5) and torch.allclose(released[name][1], var, atol=1e-4)
+        assert torch.allclose(released.layers[name][0], mean, atol=1e-5)
+        assert torch.allclose(released.layers[name][1], var, atol=1e-4)
+
+
+def test_without_noise_the_class_part_is_each_classes_cell_mean_and_variance():
+    images, labels = torch.rand(300, 1, 8, 8) * 2 - 1, torch.arange(300) % 3
+    mean, var = release(small_model(), images, 0.0, labels=labels, resolution=4, image_clip=1e9).classes
+    cells = image_cells(images, 4)
+    assert mean.shape == var.shape == (3, 16)
+    for label in range(3):
+        assert torch.allclose(mean[label], cells[labels == label].mean(0), atol=1e-5)
+        assert torch.allclose(var[label], cells[labels == label].var(0, unbiased=False), atol=1e-4)
+
+
+def test_each_examples_class_part_lies_in_its_class_slot_within_the_bound_the_sensitivity_counts():
+    plan = StatisticsPlan(1.0, 1e-6, clip=5.0, resolution=4, image_clip=0.5)  # most examples clipped
+    images, labels = torch.rand(40, 1, 8, 8) * 2 - 1, torch.arange(40) % 3
+    part = class_part(images, labels, plan, 3).view(40, 3, -1)
+    assert torch.all(part.norm(dim=2).amax(1) <= plan.clip * (1 + 1e-5))
+    assert torch.all(part.norm(dim=2).gt(0).sum(1) == 1) and torch.equal(part.norm(dim=2).argmax(1), labels)
+    assert plan.sensitivity == pytest.approx(5.0 * 2 ** 0.5)
+    assert StatisticsPlan(1.0, 1e-6, clip=5.0).sensitivity == 5.0  # without the class part: the layers' bound
 
 
 def test_the_noise_on_each_released_mean_has_the_planned_spread():
     model, images = small_model(), torch.randn(200, 1, 6, 6)
-    exact = release_statistics(model, images, len(images), 0.0, noise_source(True, 0), clip=2.0)
-    deviations = torch.cat([release_statistics(model, images, len(images), 3.0, noise_source(False), clip=2.0)[name][0]
-                            - exact[name][0] for _ in range(60) for name in exact])
-    # noise of std 3 * 2 on each sum, over 200 examples: 0.03 on a mean; the sample std of 420 draws has a relative
-    # spread of 1 / sqrt(840), 3.5%: 15% is over four of those (a false failure about once in 100,000 runs)
-    assert deviations.std().item() == pytest.approx(3.0 * 2.0 / 200, rel=0.15)
+    for resolution, sensitivity in ((0, 2.0), (2, 2.0 * 2 ** 0.5)):  # with the class part, sqrt(2) times the noise
+        exact = release(model, images, 0.0, clip=2.0, resolution=resolution).layers
+        deviations = torch.cat([release(model, images, 3.0, clip=2.0, resolution=resolution, seed=None
+                                        ).layers[name][0] - exact[name][0] for _ in range(60) for name in exact])
+        # noise of std 3 x the sensitivity on each sum, over 200 examples; the sample std of 420 draws has a
+        # relative spread of 1 / sqrt(840), 3.5%: 15% is over four of those (a false failure about once in 100,000)
+        assert deviations.std().item() == pytest.approx(3.0 * sensitivity / 200, rel=0.15)
 
 
 def test_the_plan_spends_its_share_under_either_relation_and_doubles_the_noise_for_replacement():
@@ -74,14 +105,20 @@ def test_the_plan_spends_its_share_under_either_relation_and_doubles_the_noise_f
 
 def test_the_file_keeps_the_statistics_and_their_release_and_is_refused_for_another_model(tmp_path: Path):
     model, images = small_model(), torch.randn(40, 1, 6, 6)
-    released = release_statistics(model, images, 40, 1.0, noise_source(False))
-    plan = StatisticsPlan(1.0, 1e-6)
+    released = release(model, images, 1.0, resolution=3, seed=None)
+    plan = StatisticsPlan(1.0, 1e-6, resolution=3)
     save_statistics(tmp_path / "s.safetensors", released, plan.figures())
     loaded, figures = load_statistics(tmp_path / "s.safetensors")
     assert figures == plan.figures() and StatisticsPlan.of_figures(figures) == plan
-    assert all(torch.equal(loaded[name][0], released[name][0]) for name in released)
+    assert plan.image_clip == pytest.approx(0.6 * 3)
+    assert all(torch.equal(loaded.layers[name][0], released.layers[name][0]) for name in released.layers)
+    assert all(torch.equal(saved, kept) for saved, kept in zip(loaded.classes, released.classes))
     targets = statistics_targets(model, loaded, torch.device("cpu"))
     assert len(targets) == 2
+    assert class_targets(loaded, (1, 6, 6), 3, torch.device("cpu")).resolution == 3
+    for in_shape, classes in (((3, 6, 6), 3), ((1, 6, 6), 10)):
+        with pytest.raises(ConfigError, match="class statistics"):
+            class_targets(loaded, in_shape, classes, torch.device("cpu"))
     other = nn.Sequential(nn.Conv2d(1, 5, 3), nn.GroupNorm(1, 5))
     with pytest.raises(ConfigError, match="another model"):
         statistics_targets(other, loaded, torch.device("cpu"))
@@ -92,10 +129,19 @@ def test_the_file_keeps_the_statistics_and_their_release_and_is_refused_for_anot
 
 def test_the_term_is_near_zero_on_the_data_it_was_released_from_and_large_elsewhere():
     model, images = small_model(), torch.randn(2000, 1, 6, 6)
-    targets = statistics_targets(model, release_statistics(model, images, len(images), 0.0, noise_source(True, 0),
-                                                           clip=1e9), torch.device("cpu"))
+    targets = statistics_targets(model, release(model, images, 0.0, clip=1e9), torch.device("cpu"))
     with FeatureStatistics(targets) as matched:
         model(images)
     with FeatureStatistics(targets) as shifted:
         model(images * 3 + 1)
     assert matched.loss().item() < 1e-3 < 1.0 < shifted.loss().item()
+
+
+def test_the_class_term_is_near_zero_for_each_classes_own_images_and_large_for_anothers():
+    torch.manual_seed(0)
+    labels = torch.arange(3000) % 3
+    images = (torch.rand(3000, 1, 8, 8) * 0.2 + labels.view(-1, 1, 1, 1) * 0.4).clamp(max=1) * 2 - 1
+    term = class_targets(release(small_model(), images, 0.0, labels=labels, resolution=4, image_clip=1e9), (1, 8, 8),
+                         3, torch.device("cpu"))
+    assert term.loss(images[:300], labels[:300]).item() < 0.1 < 1.0 < term.loss(images[:300],
+                                                                            (labels[:300] + 1) % 3).item()

@@ -2,10 +2,13 @@
 
 A generator learns from a classifier used as a multi-class discriminator: images it labels confidently
 (one-hot term), balanced over the classes (information entropy), that excite its features the way real images
-do (activation term, or the BatchNorm-statistics term where the discriminator has BatchNorm).
+do (activation term, or the BatchNorm-statistics term where the discriminator has BatchNorm), and that look like
+each class's images, blurred (the class-statistics term, against a DP release of them).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -87,3 +90,26 @@ class FeatureStatistics:
         if not self.terms:
             raise ValueError("no layer with target statistics ran: the feature-statistics term is undefined")
         return torch.stack(self.terms).sum()
+
+
+def image_cells(images: Tensor, resolution: int) -> Tensor:
+    """(n, C R R): images mapped from [-1, 1] to [0, 1] and averaged over R x R cells: their coarse form."""
+    return F.adaptive_avg_pool2d((images + 1) / 2, resolution).flatten(1)
+
+
+class ClassCellStatistics:
+    """How far each class's generated images are, at R x R cells, from that class's cell means and variances
+    (`mean`, `var`: (classes, C R R)). A generated image's class is the one its reader (the teacher) names; each
+    class present at least twice counts in proportion to its share of the batch."""
+
+    def __init__(self, mean: Tensor, var: Tensor, channels: int) -> None:
+        self.mean, self.var = mean, var
+        self.resolution = math.isqrt(mean.shape[1] // channels)
+
+    def loss(self, images: Tensor, classes: Tensor) -> Tensor:
+        cells = image_cells(images, self.resolution)
+        terms = [(classes == label).float().mean() * ((chosen.mean(0) - self.mean[label]).norm()
+                                                      + (chosen.var(0, unbiased=False) - self.var[label]).norm())
+                 for label in classes.unique().tolist()
+                 if len(chosen := cells[classes == label]) > 1]
+        return torch.stack(terms).sum() if terms else cells.new_zeros(())

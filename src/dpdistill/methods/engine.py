@@ -55,7 +55,7 @@ from dpdistill.training.annotation import (
     TeacherAnnotator,
 )
 from dpdistill.methods.config import TranscriptionConfig
-from dpdistill.training.feature_statistics import Statistics, statistics_targets
+from dpdistill.training.feature_statistics import Statistics, class_targets, statistics_targets
 from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 from dpdistill.models.base import Classifier
 from dpdistill.models.ensemble import TeacherEnsemble
@@ -150,6 +150,8 @@ class TranscriptionEngine:
                               "them (dpdistill release); without them set it to 0")
         self.released_statistics = (None if statistics is None
                                     else statistics_targets(self.teacher, statistics, self.device))
+        self.class_statistics = (None if statistics is None
+                                 else class_targets(statistics, in_shape, num_classes, self.device))
         self.noise = noise_source(config.reproducible_noise, config.seed)
         self.ledger = self.plan.ledger()
         self.journal = AnswerJournal(work_dir / "resume" / "answers") if work_dir and self.ledger is not None else None
@@ -329,8 +331,11 @@ class TranscriptionEngine:
         terms = self._discriminator_terms(view)
         if self.released_statistics is not None:  # the teacher's layers, against their released statistics
             with FeatureStatistics(self.released_statistics) as statistics:
-                self.teacher(images)
+                teacher_logits = self.teacher(images)
             terms["statistics"] = config.statistics_weight * statistics.loss()
+            if self.class_statistics is not None:  # and each class the teacher names, at coarse cells
+                terms["class_statistics"] = config.statistics_weight * self.class_statistics.loss(
+                    images, teacher_logits.argmax(1))
         if config.smoothness_weight > 0:
             terms["smoothness"] = config.smoothness_weight * total_variation(images)
         if targets is not None:

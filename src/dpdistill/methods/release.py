@@ -4,8 +4,9 @@ of any architecture, a generator and a synthetic set (`dpdistill release`).
 1. Teach: DP-SGD on the private data (the `train-private` route) into OUT/teacher, a cnn by default, at all but
    `statistics_share` of the budget.
 2. Picture the data: one Gaussian release, at that share, of the means and variances of the inputs of the teacher's
-   normalisation layers over the private data (training/feature_statistics.py), kept in OUT/teacher beside it: what
-   BatchNorm would have kept and a DP-SGD model, normalised per example, does not.
+   normalisation layers over the private data, and of each class's images at coarse cells
+   (training/feature_statistics.py), kept in OUT/teacher beside it: what BatchNorm would have kept and a DP-SGD
+   model, normalised per example, does not, and each class's blurred form.
 3. Transcribe: the data-free engine (methods/engine.py) reads the teacher without noise, its generator matching the
    released statistics. Both are DP releases, so every read of them is post-processing: the student, the generator,
    its latent vectors and the synthetic set carry their guarantee, the two composed (basic composition: epsilons
@@ -39,7 +40,7 @@ from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
+from dpdistill.training.feature_statistics import (RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
                                                    release_statistics, save_statistics, statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
@@ -55,6 +56,9 @@ TEACHER_DEFAULTS = {"batch_size": 1024, "lr": 3e-3, "epochs": 3}  # the cnn teac
 STATISTICS_SHARE = 0.05  # of the budget (epsilon and delta), for the released statistics: at epsilon 1 on 60,000
 # examples their noise costs nothing measurable (docs/methods/release.md)
 STATISTICS_KEY = "statistics"  # the key of the statistics' entries in the ledgers: OUT/statistics
+TRANSCRIPTION_DEFAULTS = {"iterations": 600, "student_steps": 8}  # twice the dp-teacher preset's loop and student
+# steps: about 10 of a release's 30 minutes on 2 cores, 1.5 points of student accuracy on Fashion-MNIST itself
+# (docs/methods/release.md), so chosen on the private data there
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
 TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
@@ -68,6 +72,7 @@ class ReleaseConfig:
     transcription: TranscriptionConfig
     statistics_epsilon: float = 0.0  # the released statistics' budget, beside the teacher's (0: none released)
     statistics_delta: float = 0.0
+    statistics_resolution: int = 0  # their class part's cells a side (0: none; training/feature_statistics.py)
 
     def __post_init__(self) -> None:
         if (self.statistics_epsilon > 0) != (self.transcription.statistics_weight > 0):
@@ -86,22 +91,22 @@ class ReleaseConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"method": PrivateRelease.name, "teacher": self.teacher.to_dict(),
                 "transcription": self.transcription.to_dict(), "statistics_epsilon": self.statistics_epsilon,
-                "statistics_delta": self.statistics_delta}
+                "statistics_delta": self.statistics_delta, "statistics_resolution": self.statistics_resolution}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ReleaseConfig":
         return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
                    TranscriptionConfig.from_dict(values["transcription"]), values.get("statistics_epsilon", 0.0),
-                   values.get("statistics_delta", 0.0))
+                   values.get("statistics_delta", 0.0), values.get("statistics_resolution", 0))
 
 
 class PrivateRelease(Method):
     name = "release"
-    summary = ("the private data -> a DP-SGD teacher on scattering features, transcribed for no further budget into "
-               "a student of any architecture, a generator and a synthetic set")
+    summary = ("the private data -> a DP-SGD teacher and a DP picture of the data, transcribed for no further budget "
+               "into a student of any architecture, a generator and a synthetic set")
     needs = Needs.PRIVATE_DATA
-    paper = ("post-processing of a DP release (DP-SGD on scattering features: Abadi et al. 2016, Tramer & Boneh "
-             "2021) through the data-free engine of seed 000 (DPSD)")
+    paper = ("post-processing of two DP releases (DP-SGD: Abadi et al. 2016; Gaussian feature and class statistics) "
+             "through the data-free engine of seed 000 (DPSD)")
     command = "release"
 
     def plan(self, source: Source, config: ReleaseConfig, out_dir: Path, progress: Progress | None) -> "ReleaseJob":
@@ -134,7 +139,8 @@ class ReleaseJob(Job):
         self.teacher_config = with_public_size(config.teacher, self.dataset)
         plan_private_training(self.teacher_config, public_train_size(self.teacher_config, self.dataset))
         self.statistics = (None if config.statistics_epsilon == 0 else
-                           plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation))
+                           plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation,
+                                           config.statistics_resolution))
         config.transcription.validate(self.dataset.num_classes)
         # a bad name, or statistics the teacher cannot give, fail now, not after the teacher's training
         teacher = build_classifier(config.teacher.student_arch, self.dataset.input_shape, self.dataset.num_classes)
@@ -180,9 +186,10 @@ class ReleaseJob(Job):
                         (DatasetLedger(*data_read(self.dataset, self.config.teacher.dataset)), release)]
         reserve_all(reservations, key, STATISTICS_METHOD, resume=True)
         teacher, _meta = read_teacher(self.teacher_dir)
-        statistics = release_statistics(teacher, self.dataset.x_train, public_train_size(config, self.dataset),
-                                        self.statistics.multiplier, noise_source(config.reproducible_noise, config.seed),
-                                        self.statistics.clip, config.device, self.progress)
+        statistics = release_statistics(teacher, self.dataset.x_train, self.dataset.y_train,
+                                        public_train_size(config, self.dataset), self.statistics,
+                                        self.dataset.num_classes, noise_source(config.reproducible_noise, config.seed),
+                                        config.device, self.progress)
         save_statistics(path, statistics, self.statistics.figures())
         for ledger, reserved in reservations:
             ledger.settle(key, STATISTICS_METHOD, reserved)
@@ -203,25 +210,31 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                          synthetic_size: int = SYNTHETIC_SIZE, preset: str | None = None, seed: int = 0,
                          device: str = "cpu", teacher_options: dict[str, Any] | None = None,
                          transcription_options: dict[str, Any] | None = None,
-                         statistics_share: float = STATISTICS_SHARE) -> ReleaseConfig:
+                         statistics_share: float = STATISTICS_SHARE,
+                         statistics_resolution: int = RESOLUTION) -> ReleaseConfig:
     """A release's configurations from the command's options: the teacher's are `train-private`'s (its defaults for
     `teacher_arch`, the cnn's schedule for the default cnn, then `teacher_options`) at all but `statistics_share` of
-    (epsilon, delta), the transcription's the engine's (the `dp-teacher` preset unless `preset` names others, then
-    `transcription_options`), matching the statistics released at that share; all share the seed and the device."""
+    (epsilon, delta), the transcription's the engine's (the `dp-teacher` preset with the release's longer loop
+    unless `preset` names others, then `transcription_options`), matching the statistics released at that share;
+    all share the seed and the device."""
     if not 0 <= statistics_share < 0.5:
         raise ConfigError(f"--statistics-share must be in [0, 0.5), got {statistics_share}")
+    if statistics_resolution < 0:
+        raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got {statistics_resolution}")
     schedule = TEACHER_DEFAULTS if teacher_arch == TEACHER_ARCH else {}
     teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
                                        "epsilon": epsilon * (1 - statistics_share),
                                        "delta": delta * (1 - statistics_share), "relation": relation,
                                        "student_arch": teacher_arch, "seed": seed, "device": device, **schedule,
                                        **(teacher_options or {})})
-    transcription = build_config(preset, {"method": "dpsd", "student_arch": student_arch,
+    transcription = build_config(preset, {**({} if preset else TRANSCRIPTION_DEFAULTS), "method": "dpsd",
+                                          "student_arch": student_arch,
                                           "synthetic_size": synthetic_size, "seed": seed, "device": device,
                                           "statistics_weight": 1.0 if statistics_share else 0.0,
                                           **(transcription_options or {})},
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
-    return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share)
+    return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share,
+                         statistics_resolution if statistics_share else 0)
 
 
 def run_release(config: ReleaseConfig | None, out_dir: Path, resume: bool = False, progress: Progress | None = None,
@@ -252,7 +265,7 @@ def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
     return build_release_config(values["dataset"], values["epsilon"], values["delta"], values["relation"],
                                 values["teacher_arch"], values["student_arch"], values["synthetic_size"],
                                 values["preset"], values["seed"], values["device"], teacher, transcription,
-                                values["statistics_share"])
+                                values["statistics_share"], values["statistics_resolution"])
 
 
 COMMAND = CommandSpec(
@@ -281,10 +294,14 @@ COMMAND = CommandSpec(
                                                                  "teacher's released feature statistics, the "
                                                                  "generator's picture of the data (0: none)",
                     field=False),
+             Option("statistics_resolution", int, RESOLUTION, "the cells a side at which each class's images are "
+                                                              "released with them, the generator's picture of each "
+                                                              "class's form (0: none)", min=0, field=False),
              Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
                                                       "data set's declared size, else a noisy count of it at 1% of "
                                                       "--epsilon]", min=1, field=False),
-             Option("preset", str | None, None, "the transcription's engine settings [default: dp-teacher]",
+             Option("preset", str | None, None, "the transcription's engine settings [default: dp-teacher, with "
+                                               "600 iterations of 8 student steps]",
                     field=False),
              Option("iterations", int | None, None, "the transcription's iterations [default: the preset's]",
                     field=False),

@@ -77,7 +77,13 @@ def release_markdown(report: dict[str, Any]) -> str:
         *([] if "statistics" not in report else [
             f"| released feature statistics (the generator's picture of the data) | epsilon "
             f"{number(report['statistics']['epsilon_add_remove'])}, delta {report['statistics']['delta']:g}, in "
-            f"{report['statistics']['path']} |"])])
+            f"{report['statistics']['path']}{_classes(report['statistics'])} |"])])
+
+
+def _classes(statistics: dict[str, Any]) -> str:
+    """What the statistics hold beside the teacher's layers' moments."""
+    resolution = statistics.get("resolution", 0)
+    return f"; with each class's images at {resolution} x {resolution} cells" if resolution else ""
 
 
 def _synthetic_rows(report: dict[str, Any]) -> list[str]:

@@ -1,17 +1,25 @@
 """A DP picture of the data for a generator: one Gaussian release of the per-channel mean and second moment of the
-inputs of a released model's normalisation layers over the private training set. BatchNorm keeps exactly these as
-running statistics, and matching them is what lets the data-free engine draw images like the data (DeepInversion,
-DP-DFD); a DP-SGD model normalises each example on its own (GroupNorm) and keeps none, so they are released here.
+inputs of a released model's normalisation layers over the private training set, and (with a `resolution`) of
+each class's images at that coarse resolution. BatchNorm keeps the first as running statistics, and matching them
+is what lets the data-free engine draw images like the data (DeepInversion, DP-DFD); a DP-SGD model normalises
+each example on its own (GroupNorm) and keeps none, so they are released here. They fix an image's polarity and
+texture but not its form, which the per-class pixel statistics (what each class looks like, blurred) pin.
 
-1. Per example: for each GroupNorm or BatchNorm layer of the model, the spatial mean of each channel of its input
-   and of that input squared, concatenated over the layers and clipped to L2 norm `clip` (CLIP, chosen on the MNIST
-   set: above the 99th percentile of the norms its DP teacher gives, so clipping leaves nearly every example as
-   it is; benchmarks/experiments/released_statistics.py).
-2. Release: their sum over the private training set plus Gaussian noise of std `noise_multiplier * clip` on every
-   coordinate. One example added or removed moves the sum by at most `clip` in L2 (replaced: 2 `clip`), so it is one
-   Gaussian mechanism of that multiplier (half of it under replace-one), accounted by dp-accounting.
-3. Post-processing: the noisy sums over the public training-set size give each channel's mean and second moment;
-   the variance is their difference, at least 0.
+1. Per example, two parts, each of L2 norm at most `clip`:
+   - for each GroupNorm or BatchNorm layer of the model, the spatial mean of each channel of its input and of that
+     input squared, concatenated over the layers and clipped to `clip` (CLIP, chosen on the MNIST set: above the
+     99th percentile of the norms its DP teacher gives, so clipping leaves nearly every example as it is;
+     benchmarks/experiments/released_statistics.py);
+   - with a `resolution` R, in the slot of the example's class (zeros in the others): the image, mapped to [0, 1]
+     and averaged over R x R cells, with its square (clipped to `image_clip`), and a count entry `image_clip`, all
+     scaled by `clip / (sqrt(2) image_clip)`.
+2. Release: their sum over the private training set plus Gaussian noise of std `noise_multiplier` times the
+   sensitivity on every coordinate. One example added or removed moves the sum by at most `clip` in L2, or
+   `sqrt(2) clip` with the class part (replaced: twice that), so it is one Gaussian mechanism of that multiplier
+   (half of it under replace-one), accounted by dp-accounting.
+3. Post-processing: the layers' noisy sums over the public training-set size give each channel's mean and second
+   moment, the class part's over its noisy count each class's cell means and second moments; each variance is the
+   difference, at least 0.
 
 The model read here is itself a DP release (the teacher), public once released, so it is fixed before this release
 reads the data, and the two compose adaptively: a release states the composition of both as its epsilon
@@ -21,6 +29,7 @@ reads the data, and the two compose adaptively: a release states the composition
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +41,7 @@ from torch import Tensor, nn
 
 from dpdistill.atomic import write_atomically
 from dpdistill.errors import CheckpointError, ConfigError
+from dpdistill.losses.generator import ClassCellStatistics, image_cells
 from dpdistill.privacy.accounting import (ADD_REMOVE, REPLACE_ONE, GaussianQuery, calibrate, composed_epsilon,
                                           epsilon_key)
 from dpdistill.privacy.ledger import Release
@@ -41,24 +51,56 @@ from dpdistill.progress import Progress
 STATISTICS_FILE = "statistics.safetensors"  # beside the model they were released for
 STATISTICS_METHOD = "release: feature statistics"  # their entry in that model's ledger
 CLIP = 20.0  # per-example L2 bound of the moments (module docstring, step 1)
+RESOLUTION = 7  # the class part's default cells (R x R): a blurred garment's form, at a noise its 6,000 images average
+IMAGE_CLIP_PER_SIDE = 0.6  # the class part's bound over R: the MNIST set's 99th percentile of its norm is 3.8 at
+# R = 7 and 8.6 at R = 14 (benchmarks/experiments/released_statistics.py --norms)
 BATCH = 1000  # private images through the model at once
 PHASE = "released statistics"  # the progress display's name
-Statistics = dict[str, tuple[Tensor, Tensor]]  # layer name -> (per-channel mean, per-channel variance)
+CLASSES_KEY = "classes@image"  # the file's key of the class part (no module can be named so: it holds a "@")
+LayerStatistics = dict[str, tuple[Tensor, Tensor]]  # layer name -> (per-channel mean, per-channel variance)
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """A release's post-processed statistics: per layer, and (where released) per class, (classes, C x R x R) cell
+    means and variances of its images in [0, 1]."""
+
+    layers: LayerStatistics
+    classes: tuple[Tensor, Tensor] | None = None
 
 
 @dataclass(frozen=True)
 class StatisticsPlan:
-    """The one release, fixed before the data are read: noise of std `multiplier * clip` on the moments' sum, where
-    one example added or removed moves it by at most `clip` (replaced: 2 `clip`)."""
+    """The one release, fixed before the data are read: noise of std `multiplier` times the sensitivity on the
+    moments' sum, which one example added or removed moves by at most `clip`, or `sqrt(2) clip` with the class part
+    of `resolution` (replaced: twice that)."""
 
-    multiplier: float  # noise std over the add-remove sensitivity `clip`
+    multiplier: float  # noise std over the add-remove sensitivity
     delta: float
     clip: float = CLIP
+    resolution: int = 0  # the class part's R x R cells (0: no class part)
+    image_clip: float | None = None  # its bound [default: IMAGE_CLIP_PER_SIDE x resolution]
+
+    def __post_init__(self) -> None:
+        if self.image_clip is None:
+            object.__setattr__(self, "image_clip", IMAGE_CLIP_PER_SIDE * self.resolution)
 
     @classmethod
     def of_figures(cls, figures: dict[str, Any]) -> "StatisticsPlan":
-        """The plan a statistics file's `figures` describe."""
-        return cls(float(figures["noise_multiplier"]), float(figures["delta"]), float(figures["clip"]))
+        """The plan a statistics file's `figures` describe (files without a class part: resolution 0)."""
+        return cls(float(figures["noise_multiplier"]), float(figures["delta"]), float(figures["clip"]),
+                   int(figures.get("resolution", 0)), figures.get("image_clip"))
+
+    @property
+    def sensitivity(self) -> float:
+        """How far one example added or removed moves the sum in L2: each part at most `clip`."""
+        return self.clip * (math.sqrt(2) if self.resolution else 1.0)
+
+    @property
+    def class_scale(self) -> float:
+        """The class part's factor: its cell moments (norm at most `image_clip`) and count entry (`image_clip`)
+        then have norm at most `clip` together."""
+        return self.clip / (math.sqrt(2) * self.image_clip)
 
     def query(self, relation: str) -> GaussianQuery:
         """The release as a Gaussian mechanism under `relation`: its multiplier is the std over that sensitivity."""
@@ -75,13 +117,14 @@ class StatisticsPlan:
         """The release's public description, kept in the statistics file and stated in reports."""
         return {**{epsilon_key(relation): self.epsilon(relation) for relation in (ADD_REMOVE, REPLACE_ONE)},
                 "delta": self.delta, "noise_multiplier": self.multiplier, "clip": self.clip,
+                "resolution": self.resolution, "image_clip": self.image_clip,
                 "accountant": "dp-accounting (one Gaussian mechanism)"}
 
 
-def plan_statistics(epsilon: float, delta: float, relation: str) -> StatisticsPlan:
+def plan_statistics(epsilon: float, delta: float, relation: str, resolution: int = 0) -> StatisticsPlan:
     """The least noise whose release stays within (epsilon, delta) under `relation`."""
     query = calibrate(GaussianQuery, 1, epsilon, delta)
-    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta)
+    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta, resolution=resolution)
 
 
 def _sensitivity(relation: str) -> int:
@@ -124,34 +167,65 @@ def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor
             handle.remove()
     moments = torch.cat([torch.cat([captured[name].mean((2, 3)), captured[name].pow(2).mean((2, 3))], 1)
                          for name in layers], 1)
-    return moments * (clip / moments.norm(dim=1, keepdim=True).clamp(min=clip))
+    return _clipped(moments, clip)
+
+
+def _clipped(rows: Tensor, clip: float) -> Tensor:
+    """Each row scaled down to L2 norm `clip` where it is longer."""
+    return rows * (clip / rows.norm(dim=1, keepdim=True).clamp(min=clip))
+
+
+def class_part(images: Tensor, labels: Tensor, plan: StatisticsPlan, num_classes: int) -> Tensor:
+    """(n, classes x (2 C R R + 1)): each example's cell moments clipped to `image_clip` with the count entry
+    `image_clip`, in its class's slot, scaled by `class_scale` (module docstring, step 1)."""
+    cells = image_cells(images, plan.resolution)
+    moments = _clipped(torch.cat([cells, cells.pow(2)], 1), plan.image_clip)
+    slot = torch.cat([moments, moments.new_full((len(moments), 1), plan.image_clip)], 1) * plan.class_scale
+    part = slot.new_zeros(len(slot), num_classes, slot.shape[1])
+    part[torch.arange(len(slot)), labels] = slot
+    return part.flatten(1)
 
 
 @torch.no_grad()
-def release_statistics(model: nn.Module, images: Tensor, public_size: int, noise_multiplier: float,
-                       noise: NoiseSource, clip: float = CLIP, device: str = "cpu",
+def release_statistics(model: nn.Module, images: Tensor, labels: Tensor, public_size: int, plan: StatisticsPlan,
+                       num_classes: int, noise: NoiseSource, device: str = "cpu",
                        progress: Progress | None = None) -> Statistics:
-    """The one release (module docstring, step 2) and its post-processing (step 3): layer name -> (mean, var)."""
+    """The one release (module docstring, step 2) and its post-processing (step 3)."""
     model = model.to(device).eval()
     total: Tensor | None = None
     for start in range(0, len(images), BATCH):
-        batch = per_example_moments(model, images[start:start + BATCH].to(device), clip).sum(0)
-        total = batch if total is None else total + batch
+        batch = images[start:start + BATCH].to(device)
+        parts = [per_example_moments(model, batch, plan.clip)]
+        if plan.resolution:
+            parts.append(class_part(batch, labels[start:start + BATCH].to(device), plan, num_classes))
+        summed = torch.cat(parts, 1).sum(0)
+        total = summed if total is None else total + summed
         if progress:
             progress({"phase": PHASE, "done": min(start + BATCH, len(images)), "total": len(images)})
-    noisy = (total + noise.normal(total.shape, noise_multiplier * clip, device)) / public_size
-    statistics, at = {}, 0
+    noisy = (total + noise.normal(total.shape, plan.multiplier * plan.sensitivity, device)).cpu()
+    layers, at = {}, 0
     for name, layer in normalisation_layers(model).items():
         channels = _channels(layer)
-        mean, second = noisy[at:at + channels].cpu(), noisy[at + channels:at + 2 * channels].cpu()
-        statistics[name] = (mean, (second - mean.pow(2)).clamp(min=0.0))
+        layers[name] = _mean_and_variance(noisy[at:at + 2 * channels] / public_size)
         at += 2 * channels
-    return statistics
+    if not plan.resolution:
+        return Statistics(layers)
+    slots = noisy[at:].view(num_classes, -1) / plan.class_scale
+    counts = (slots[:, -1:] / plan.image_clip).clamp(min=1.0)
+    means, variances = zip(*(_mean_and_variance(row) for row in slots[:, :-1] / counts))
+    return Statistics(layers, (torch.stack(means), torch.stack(variances)))
+
+
+def _mean_and_variance(moments: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean, variance at least 0) from a vector of means followed by second moments."""
+    mean, second = moments.chunk(2)
+    return mean, (second - mean.pow(2)).clamp(min=0.0)
 
 
 def save_statistics(path: Path, statistics: Statistics, figures: dict[str, Any]) -> None:
     """Written at once (a resumed run never releases them again), with their release's `figures` as metadata."""
-    tensors = {f"{name}.{part}": value.contiguous() for name, pair in statistics.items()
+    pairs = {**statistics.layers, **({} if statistics.classes is None else {CLASSES_KEY: statistics.classes})}
+    tensors = {f"{name}.{part}": value.contiguous() for name, pair in pairs.items()
                for part, value in zip(("mean", "var"), pair)}
     write_atomically({path: lambda target: save_file(tensors, target, {"release": json.dumps(figures)})})
 
@@ -167,7 +241,8 @@ def load_statistics(path: Path) -> tuple[Statistics, dict[str, Any]]:
     names = {key.rsplit(".", 1)[0] for key in tensors}
     if any(f"{name}.{part}" not in tensors for name in names for part in ("mean", "var")):
         raise CheckpointError(f"{path} holds no per-layer mean and variance pairs: not released statistics")
-    return {name: (tensors[f"{name}.mean"], tensors[f"{name}.var"]) for name in sorted(names)}, figures
+    pairs = {name: (tensors[f"{name}.mean"], tensors[f"{name}.var"]) for name in sorted(names)}
+    return Statistics(pairs, pairs.pop(CLASSES_KEY, None)), figures
 
 
 def statistics_targets(model: nn.Module, statistics: Statistics, device: torch.device
@@ -175,8 +250,22 @@ def statistics_targets(model: nn.Module, statistics: Statistics, device: torch.d
     """The model's layers paired with their released statistics: refused unless they were released for its layers."""
     layers = normalisation_layers(model)
     shapes = {name: _channels(layer) for name, layer in layers.items()}
-    released = {name: len(mean) for name, (mean, _var) in statistics.items()}
+    released = {name: len(mean) for name, (mean, _var) in statistics.layers.items()}
     if released != shapes:
         raise ConfigError(f"the released statistics are of layers {released}, the teacher's are {shapes}: they were "
                           f"released for another model")
-    return {layers[name]: (mean.to(device), var.to(device)) for name, (mean, var) in statistics.items()}
+    return {layers[name]: (mean.to(device), var.to(device)) for name, (mean, var) in statistics.layers.items()}
+
+
+def class_targets(statistics: Statistics, in_shape: tuple[int, int, int], num_classes: int, device: torch.device
+                  ) -> ClassCellStatistics | None:
+    """The generator's term against the class part, where released; refused unless it was released for images of
+    `in_shape` in `num_classes` classes."""
+    if statistics.classes is None:
+        return None
+    mean, var = statistics.classes
+    cells = mean.shape[1] // in_shape[0] if mean.dim() == 2 else 0
+    if mean.shape[0] != num_classes or cells == 0 or in_shape[0] * math.isqrt(cells) ** 2 != mean.shape[1]:
+        raise ConfigError(f"the released class statistics have shape {tuple(mean.shape)}: not for {num_classes} "
+                          f"classes of {in_shape[0]}-channel images")
+    return ClassCellStatistics(mean.to(device), var.to(device), in_shape[0])
