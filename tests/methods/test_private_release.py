@@ -82,6 +82,9 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
     privacy, statistics = report["privacy"], report["statistics"]
     assert (tmp_path / "teacher" / "statistics.safetensors").exists() and statistics["resolution"] == 7
     assert any("g_class_statistics" in record for record in report["history"])  # the generator matched the classes
+    notes = " ".join(privacy["selection"])  # choices made on Fashion-MNIST, said as fixed public ones for digits
+    assert "7 x 7 cells were chosen on Fashion-MNIST" in notes and "cnn's DP-SGD schedule" in notes
+    assert "a fixed public choice for this data" in notes and "no epsilon here covers" not in notes
     teacher = json.loads((tmp_path / "teacher" / "report.json").read_text())["privacy"]
     assert statistics["epsilon_add_remove"] <= 0.1 and teacher["epsilon"] <= 1.9
     assert privacy["epsilon"] == pytest.approx(teacher["epsilon"] + statistics["epsilon_add_remove"])

@@ -27,7 +27,7 @@ from typing import Any
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
-from dpdistill.methods.config import TranscriptionConfig, build_config
+from dpdistill.methods.config import RELEASE_LOOP, TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute, reserve_all
 from dpdistill.methods.transcription import TranscriptionJob
@@ -40,25 +40,24 @@ from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
+from dpdistill.privacy.selection import FASHION_MNIST, Selection, selection_notes, with_selection
 from dpdistill.training.feature_statistics import (RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
                                                    release_statistics, save_statistics, statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
-from dpdistill.training.private import (PrivateTrainingConfig, plan_private_training, public_train_size,
+from dpdistill.training.private import (CNN_SCHEDULE, PrivateTrainingConfig, plan_private_training, public_train_size,
                                        with_public_size)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "cnn"  # a cnn teacher transcribes into a cnn far better than a scattering one (docs/methods/release.md)
-TEACHER_DEFAULTS = {"batch_size": 1024, "lr": 3e-3, "epochs": 3}  # the cnn teacher's DP-SGD schedule: the
-# dpsgd-cnn benchmark rows' (BENCHMARKS.md), measured on Fashion-MNIST itself, so chosen on the private data there
 STATISTICS_SHARE = 0.05  # of the budget (epsilon and delta), for the released statistics: at epsilon 1 on 60,000
 # examples their noise costs nothing measurable (docs/methods/release.md)
 STATISTICS_KEY = "statistics"  # the key of the statistics' entries in the ledgers: OUT/statistics
-TRANSCRIPTION_DEFAULTS = {"iterations": 600, "student_steps": 8}  # twice the dp-teacher preset's loop and student
-# steps: about 10 of a release's 30 minutes on 2 cores, 1.5 points of student accuracy on Fashion-MNIST itself
-# (docs/methods/release.md), so chosen on the private data there
+RESOLUTION_SELECTION = Selection(f"the released class statistics' {RESOLUTION} x {RESOLUTION} cells",
+                                 {"resolution": RESOLUTION}, "Fashion-MNIST (transcriptions of its DP-SGD teacher, "
+                                 "scored on its test split)", FASHION_MNIST)
 STUDENT_ARCH = "cnn"
 SYNTHETIC_SIZE = 60000  # as many images as Fashion-MNIST's training split, as DataLens and its successors release
 TEACHER_PHASE, TRANSCRIPTION_PHASE = "DP teacher (DP-SGD)", "transcription"  # the progress display's names
@@ -166,6 +165,8 @@ class ReleaseJob(Job):
         if self.statistics is not None:
             outcome.report["statistics"] = {"path": str(self.teacher_dir / STATISTICS_FILE),
                                             **self.statistics.figures()}
+            outcome.privacy = with_selection(outcome.privacy, selection_notes(
+                (RESOLUTION_SELECTION,), {"resolution": self.statistics.resolution}, self.dataset.digest))
         if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds);
             whole = time.perf_counter() - started  # the teacher's training grows with the private count: private
             transcribed = outcome.private_record
@@ -221,13 +222,13 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
         raise ConfigError(f"--statistics-share must be in [0, 0.5), got {statistics_share}")
     if statistics_resolution < 0:
         raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got {statistics_resolution}")
-    schedule = TEACHER_DEFAULTS if teacher_arch == TEACHER_ARCH else {}
+    schedule = CNN_SCHEDULE if teacher_arch == TEACHER_ARCH else {}
     teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
                                        "epsilon": epsilon * (1 - statistics_share),
                                        "delta": delta * (1 - statistics_share), "relation": relation,
                                        "student_arch": teacher_arch, "seed": seed, "device": device, **schedule,
                                        **(teacher_options or {})})
-    transcription = build_config(preset, {**({} if preset else TRANSCRIPTION_DEFAULTS), "method": "dpsd",
+    transcription = build_config(preset, {**({} if preset else RELEASE_LOOP), "method": "dpsd",
                                           "student_arch": student_arch,
                                           "synthetic_size": synthetic_size, "seed": seed, "device": device,
                                           "statistics_weight": 1.0 if statistics_share else 0.0,

@@ -21,7 +21,7 @@ from dpdistill.data.base import ImageDataset
 from dpdistill.evaluation.fidelity import scattering_frechet
 from dpdistill.evaluation.metrics import predict
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source
-from dpdistill.methods.config import DP_TEACHER_SELECTION, PRESETS, TranscriptionConfig
+from dpdistill.methods.config import DP_TEACHER_SELECTION, PRESETS, RELEASE_LOOP_SELECTION, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine, TranscriptionResult
 from dpdistill.methods.synthetic import (CLASSIFIER_STATE, EVALUATION_BATCH, EVALUATION_LR, SYNTHETIC_FILE,
                                          SYNTHETIC_STATE, StudentSettings, balanced_draw, evaluate_synthetic,
@@ -209,7 +209,7 @@ class TranscriptionJob(Job):
             privacy.update(released_statistics={**self.statistics_figures,  # and its epsilon under the report's relation
                                                 "epsilon": self.statistics_figures[epsilon_key(privacy["relation"])]},
                            epsilon_scope=STATISTICS_SCOPE)
-        privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION,), dataclasses.asdict(config),
+        privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION, RELEASE_LOOP_SELECTION), dataclasses.asdict(config),
                                                           data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
                                                             self.dataset_name, self.source is None, self.dataset,
