@@ -8,8 +8,6 @@ each class's images, blurred (the class-statistics term, against a DP release of
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -102,9 +100,8 @@ class ClassCellStatistics:
     (`mean`, `var`: (classes, C R R)). A generated image's class is the one its reader (the teacher) names; each
     class present at least twice counts in proportion to its share of the batch."""
 
-    def __init__(self, mean: Tensor, var: Tensor, channels: int) -> None:
-        self.mean, self.var = mean, var
-        self.resolution = math.isqrt(mean.shape[1] // channels)
+    def __init__(self, mean: Tensor, var: Tensor, resolution: int) -> None:
+        self.mean, self.var, self.resolution = mean, var, resolution
 
     def loss(self, images: Tensor, classes: Tensor) -> Tensor:
         cells = image_cells(images, self.resolution)

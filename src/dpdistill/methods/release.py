@@ -221,7 +221,8 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
     if not 0 <= statistics_share < 0.5:
         raise ConfigError(f"--statistics-share must be in [0, 0.5), got {statistics_share}")
     if statistics_resolution < 0:
-        raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got {statistics_resolution}")
+        raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got "
+                          f"{statistics_resolution}")
     schedule = CNN_SCHEDULE if teacher_arch == TEACHER_ARCH else {}
     teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
                                        "epsilon": epsilon * (1 - statistics_share),

@@ -206,10 +206,11 @@ class TranscriptionJob(Job):
         if self.provenance is not None:
             privacy = inherited_privacy(privacy, self.provenance)
         if self.statistics_figures is not None:
-            privacy.update(released_statistics={**self.statistics_figures,  # and its epsilon under the report's relation
-                                                "epsilon": self.statistics_figures[epsilon_key(privacy["relation"])]},
+            epsilon = self.statistics_figures[epsilon_key(privacy["relation"])]  # under the report's relation
+            privacy.update(released_statistics={**self.statistics_figures, "epsilon": epsilon},
                            epsilon_scope=STATISTICS_SCOPE)
-        privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION, RELEASE_LOOP_SELECTION), dataclasses.asdict(config),
+        privacy = with_selection(privacy, selection_notes((DP_TEACHER_SELECTION, RELEASE_LOOP_SELECTION),
+                                                          dataclasses.asdict(config),
                                                           data_digest(self.meta, self.dataset)))
         report, models, write_files = transcription_release(result, config, self.in_shape, self.class_names,
                                                             self.dataset_name, self.source is None, self.dataset,

@@ -264,8 +264,8 @@ def class_targets(statistics: Statistics, in_shape: tuple[int, int, int], num_cl
     if statistics.classes is None:
         return None
     mean, var = statistics.classes
-    cells = mean.shape[1] // in_shape[0] if mean.dim() == 2 else 0
-    if mean.shape[0] != num_classes or cells == 0 or in_shape[0] * math.isqrt(cells) ** 2 != mean.shape[1]:
+    resolution = math.isqrt(mean.shape[1] // in_shape[0]) if mean.dim() == 2 else 0
+    if mean.shape[0] != num_classes or resolution == 0 or in_shape[0] * resolution ** 2 != mean.shape[1]:
         raise ConfigError(f"the released class statistics have shape {tuple(mean.shape)}: not for {num_classes} "
                           f"classes of {in_shape[0]}-channel images")
-    return ClassCellStatistics(mean.to(device), var.to(device), in_shape[0])
+    return ClassCellStatistics(mean.to(device), var.to(device), resolution)
