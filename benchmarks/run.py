@@ -166,6 +166,7 @@ def table(datasets: tuple[str, ...], headline_seeds: int) -> list[Run]:
 RELEASE_GROUP = "one release from the private data: a DP-SGD teacher, transcribed for free"
 RELEASE_QUICK = ("--iterations", "4", "--synthetic-size", "200", "--set", "synthetic_epochs=1", "--set", "eval_every=2",
                  "--teacher-set", "epochs=1")
+GUIDED_QUICK = ("--steps", "4", "--synthetic-size", "200", "--set", "synthetic_epochs=1", "--set", "eval_every=2")
 RELEASE_SIZE = ("--synthetic-size", "10000")  # the synthetic set measured: 10,000 images (its classifier's time)
 # the release before its released statistics: a scatter-linear DP-SGD teacher (defaults at epsilon 1, the longer
 # schedule at 10: `dpsgd-scatter-linear-long-*`) and no picture of the data
@@ -208,6 +209,10 @@ def release_rows(dataset: str, headline_seeds: int) -> list[Run]:
     runs.append(Run(f"release-scatter-cnn-eps1-{dataset}", group + ", scatter-cnn student", dataset,
                     ("--epsilon", "1", "--student-arch", "scatter-cnn", *RELEASE_SIZE), command="release",
                     quick_args=RELEASE_QUICK))
+    runs.append(Run(f"synthesize-teacher-guided-eps1-{dataset}", "the release's generator as a synthesiser "
+                    "(synthesize --method teacher-guided: the same teacher and statistics, under replace-one)", dataset,
+                    ("--method", "teacher-guided", "--epsilon", "1", *RELEASE_SIZE), command="synthesize",
+                    quick_args=GUIDED_QUICK))
     return runs + [Run(f"release-scatter-linear-control-{dataset}", scatter_group + ": the control, a teacher of "
                        "epsilon 1000 (DP-SGD's noise all but removed)", dataset, ("--epsilon", "1000",
                                                                                   *SCATTER_RELEASE),

@@ -26,7 +26,8 @@ from dpdistill.commands import DECLARED
 from dpdistill.defaults import PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.methods.release import TEACHER_DIR
-from dpdistill.models.checkpoint import ENCODER, STUDENT, load_classifier, load_conditional_generator, load_generator
+from dpdistill.models.checkpoint import (ENCODER, STUDENT, load_classifier, load_conditional_generator, load_generator,
+                                         read_meta)
 from dpdistill.models.ensemble import load_saved
 from dpdistill.models.transform import DPDISTILL_RANGE, input_transform_spec
 from dpdistill.privacy.ledger import DEFAULT_DELTA, Budget, ReleaseLedger
@@ -165,11 +166,20 @@ def audit(dataset: str, out: str | Path, *, method: str = "dpsgd", overwrite: bo
 
 
 @dataclass(frozen=True)
-class ReleaseResult(StudentResult):
+class SyntheticResult(StudentResult):
+    """A private synthetic set, `out / "synthetic.npz"` (arrays x, y), the classifier trained on it (`student`), and
+    its generator: DataLens' `generator(latents, classes)`, latents uniform in [-1, 1]; teacher-guided's
+    `generator(latents)`, latents standard normal, as a release's; None for dp-merf, whose images are fitted
+    directly."""
+
+    generator: nn.Module | None
+
+
+@dataclass(frozen=True)
+class ReleaseResult(SyntheticResult):
     """A release: the student, the generator it was transcribed with (`generator(latents)`, latents standard normal
     of its `latent_dim`), the DP teacher (in `out / "teacher"`), and the synthetic set `out / "synthetic.npz"`."""
 
-    generator: nn.Module
     teacher: nn.Module
 
 
@@ -181,18 +191,12 @@ def _release(out: Path, report: dict[str, Any]) -> ReleaseResult:
 release = declared("release", _release)
 
 
-@dataclass(frozen=True)
-class SyntheticResult(StudentResult):
-    """A private synthetic set, `out / "synthetic.npz"` (arrays x, y), the classifier trained on it (`student`), and,
-    for DataLens, its generator (`generator(latents, classes)`, latents uniform in [-1, 1]; None for dp-merf,
-    whose images are fitted directly)."""
-
-    generator: nn.Module | None
-
-
 def _synthetic(out: Path, report: dict[str, Any]) -> SyntheticResult:
-    generator = load_conditional_generator(out)[0] if (out / "generator.safetensors").exists() else None
-    return SyntheticResult(out, report, load_model(out, STUDENT), generator)
+    if not (out / "generator.safetensors").exists():
+        return SyntheticResult(out, report, load_model(out, STUDENT), None)
+    if read_meta(out, "generator")["kind"] == "generator":  # teacher-guided: the release's run
+        return _release(out, report)
+    return SyntheticResult(out, report, load_model(out, STUDENT), load_conditional_generator(out)[0])
 
 
 synthesize = declared("synthesize", _synthetic)

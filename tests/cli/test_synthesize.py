@@ -17,6 +17,7 @@ from dpdistill.models.datalens import ConditionalGenerator
 from dpdistill.cli.main import app
 from dpdistill.models.checkpoint import load_conditional_generator
 from dpdistill.data.sample_source import load_sample_source
+from dpdistill.methods.datalens import saved_synthesis_method, synthesis_method
 from dpdistill.methods.synthetic import CLASSIFIER_PHASE
 from dpdistill.training.mean_embedding import FIT_PHASE, SUMS_PHASE
 from dpdistill.privacy.ledger import event_from_json
@@ -140,8 +141,29 @@ def test_the_python_api_runs_dpmerf_and_names_the_classifiers_phase(tmp_path: Pa
     assert {record["total"] for record in records if record["phase"] == FIT_PHASE} == {5}
 
 
+TEACHER_GUIDED_SMALL = {"batch_size": 32, "student_steps": 2, "replay_size": 256, "generator_width": (16, 8, 4),
+                        "eval_every": 2, "synthetic_epochs": 1}
+
+
+@pytest.mark.slow
+def test_the_teacher_guided_synthesiser_is_the_release_under_replace_one_and_is_resumed_as_itself(tmp_path: Path):
+    """synthesize's budget is replace-one for every method: the release's teacher and statistics are calibrated
+    to it; the run's saved settings name this synthesiser, and the API hands back its generator and teacher."""
+    out = tmp_path / "guided"
+    result = synthesize("digits", out, method="teacher-guided", epsilon=2.0, synthetic_size=100, steps=2,
+                        **TEACHER_GUIDED_SMALL)
+    privacy = result.report["privacy"]
+    assert privacy["relation"] == "replace-one" and privacy["epsilon"] == pytest.approx(2.0, rel=1e-3)
+    assert synthesis_method(saved_synthesis_method(out)).name == "teacher-guided"  # what --resume continues
+    assert result.generator.latent_dim > 0 and isinstance(result.teacher, torch.nn.Module)
+    drawn = np.load(out / "synthetic.npz", allow_pickle=False)["x"]
+    assert drawn.shape[1:] == (1, 8, 8) and 0 < len(drawn) <= 100  # a class the generator misses ends short
+    assert result.report["accuracy"]["synthetic"] is not None and (out / "samples.png").exists()
+
+
 DATALENS_BASE = ("--top-k", "16")
 MERF_BASE = ("--method", "dp-merf")
+GUIDED_BASE = ("--method", "teacher-guided")
 
 
 @pytest.mark.parametrize("base, extra, message", [
@@ -155,6 +177,9 @@ MERF_BASE = ("--method", "dp-merf")
     (MERF_BASE, ("--set", "embedding=pixels"), "distinct parts"),
     (MERF_BASE, ("--set", "teachers=3"), "cannot set"),
     (MERF_BASE, ("--synthetic-size", "5"), "gives some of the 10 classes no image"),
+    (GUIDED_BASE, ("--teachers", "10"), "not a teacher-guided setting"),
+    (GUIDED_BASE, ("--set", "sigma=3"), "cannot set"),
+    (GUIDED_BASE, ("--preset", "fancy"), "preset"),
     (("--method", "dpsgd"), (), "lists every method and the command that runs it"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(tmp_path: Path, base, extra, message):

@@ -11,13 +11,13 @@ from dpdistill.privacy.ledger import UncoveredRead, coverage
 def test_every_method_is_listed_with_what_it_needs():
     listed = {entry["name"]: entry for entry in dpdistill.methods()}
     assert list(listed) == ["dpsd", "dpdfd", "srr", "pate", "dpsgd", "dpdfd-direct",
-                            "datalens", "dp-merf", "federated", "dgd", "release"]
+                            "datalens", "dp-merf", "teacher-guided", "federated", "dgd", "release"]
     assert listed["pate"]["needs"] == Needs.ENSEMBLE.value and listed["dpsgd"]["needs"] == Needs.PRIVATE_DATA.value
     assert listed["srr"]["needs"] == Needs.SINGLE_TEACHER.value
     assert listed["dgd"]["command"] == "dgd" and listed["dgd"]["needs"] == Needs.ENSEMBLE.value
     assert listed["release"]["command"] == "release" and listed["release"]["needs"] == Needs.PRIVATE_DATA.value
     assert listed["federated"]["command"] == "federated" and listed["federated"]["needs"] == Needs.ENSEMBLE.value
-    for synthesiser in ("datalens", "dp-merf"):
+    for synthesiser in ("datalens", "dp-merf", "teacher-guided"):
         assert listed[synthesiser]["needs"] == Needs.PRIVATE_DATA.value
         assert listed[synthesiser]["command"] == "synthesize"
     assert all(entry["description"] and entry["paper"] and entry["command"] for entry in listed.values())

@@ -32,8 +32,10 @@ from dpdistill.data import load_dataset
 from dpdistill.data.base import ImageDataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
+from dpdistill.methods.config import TranscriptionConfig
 from dpdistill.methods.dpmerf import DpMerf
 from dpdistill.methods.lifecycle import execute
+from dpdistill.methods.release import TeacherGuided
 from dpdistill.methods.synthetic import (CLASSIFIER_STATE, StudentSettings, SynthesisMethod, evaluate_synthetic,
                                          student_model, synthetic_files)
 from dpdistill.models.checkpoint import CLASS_NAMES
@@ -210,7 +212,8 @@ class DataLensJob(Job):
             write_files=synthetic_files(images, labels, dataset.class_names))
 
 
-SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method in (DataLens(), DpMerf())}
+SYNTHESIS_METHODS: dict[str, SynthesisMethod] = {method.name: method for method in (DataLens(), DpMerf(),
+                                                                                   TeacherGuided())}
 
 
 def synthesis_method(name: str) -> SynthesisMethod:
@@ -222,10 +225,12 @@ def synthesis_method(name: str) -> SynthesisMethod:
 
 def run_synthesis(config: Any, out_dir: Path, resume: bool = False, progress: Progress | None = None,
                   overwrite: bool = False) -> dict[str, Any]:
-    """A labelled private synthetic set (DataLens, or DP-MERF: methods/dpmerf.py; the method the config is for).
-    With `resume`, the run saved in `out_dir` continues with its saved method and settings."""
-    name = saved_synthesis_method(out_dir) if resume else getattr(config, "method", "datalens")
-    return execute(synthesis_method(name), Source(), config, out_dir, resume, overwrite, progress)
+    """A labelled private synthetic set (DataLens, DP-MERF: methods/dpmerf.py, or the release's teacher-guided
+    generator: methods/release.py; the method whose settings `config` is). With `resume`, the run saved in `out_dir`
+    continues with its saved method and settings."""
+    method = (synthesis_method(saved_synthesis_method(out_dir)) if resume else
+              next(method for method in SYNTHESIS_METHODS.values() if isinstance(config, method.config_type)))
+    return execute(method, Source(), config, out_dir, resume, overwrite, progress)
 
 
 def saved_synthesis_method(out_dir: Path) -> str:
@@ -245,7 +250,7 @@ def _configure(values: dict[str, Any]) -> Any:
     given = {name: values[name] for name in PRESET_OPTIONS}
     return chosen.build_config(values["preset"], {**given, "dataset": values["dataset"],
                                                   "reproducible_noise": values["reproducible_noise"] or None,
-                                                  **COMMAND.settings(values, chosen.config_type)})
+                                                  **COMMAND.settings(values, chosen.settings_type)})
 
 
 def _progress_of(values: dict[str, Any], config: Any) -> tuple[int | None, str]:
@@ -262,8 +267,9 @@ PRESET_OPTIONS = {
     "sigma": (float, "datalens: noise std on each summed vote [default: 1000; fitted to --steps when only they are "
                      "given]"),
     "threshold": (float, "datalens: beta, keep coordinates whose |noisy vote| >= beta N"),
-    "steps": (int, "generator (datalens, default: all the budget affords) or image (dp-merf) steps"),
-    "batch_size": (int, "datalens: samples a step, each one query"),
+    "steps": (int, "generator (datalens, default: all the budget affords), image (dp-merf) or transcription "
+                   "(teacher-guided) steps"),
+    "batch_size": (int, "datalens: samples a step, each one query; teacher-guided: samples an iteration"),
     "synthetic_size": (int, "images written to synthetic.npz"),
     "seed": (int, "seeds initialisation and latents, never the noise"),
     "device": (str, "cpu or cuda"),
@@ -275,10 +281,13 @@ COMMAND = CommandSpec(
                     field=False),
              out_option("directory for generator, synthetic.npz, samples.png, student and report"),
              Option("method", str, "datalens", "datalens (seed 003): N teacher discriminators, TopAgg; dp-merf: one "
-                                               "noisy release of class-wise mean embeddings", field=False),
+                                               "noisy release of class-wise mean embeddings; teacher-guided: the "
+                                               "release's DP teacher and released statistics guide a generator",
+                    field=False),
              Option("preset", str | None, None, "datalens: paper, the official code's command (4,000 teachers); cpu, "
                                                 "about an hour on two cores at epsilon 10; control, no noise (no "
-                                                "guarantee, no --epsilon)", field=False),
+                                                "guarantee, no --epsilon); teacher-guided: the transcription "
+                                                "engine's [default: dp-teacher, the release's loop]", field=False),
              *preset_options(PRESET_OPTIONS),
              Option("reproducible_noise", bool, False, REPRODUCIBLE_NOISE_HELP, show_default=False, field=False),
              resume_option(), set_option("any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
@@ -286,7 +295,7 @@ COMMAND = CommandSpec(
     configure=_configure,
     run=lambda values, config, progress: run_synthesis(None if values["resume"] else config, Path(values["out"]),
                                                        values["resume"], progress, values["overwrite"]),
-    progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig),
+    progress_of=_progress_of, positional=("dataset", "out"), settable=(DataLensConfig, MeanEmbeddingConfig, TranscriptionConfig),
     audits=(AuditRoute("datalens", "DataLens' synthetic data and the classifier trained on it (synthesize)",
                        {"dataset": "data"}, {"method": "datalens"}),
             AuditRoute("dp-merf", "DP-MERF's synthetic data and the classifier trained on it (synthesize)",

@@ -18,6 +18,7 @@ measures accuracy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_rea
 from dpdistill.methods.config import RELEASE_LOOP, TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute, reserve_all
+from dpdistill.methods.synthetic import SynthesisMethod
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
 from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, dataset_help, out_option,
@@ -237,6 +239,46 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
     return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share,
                          statistics_resolution if statistics_share else 0)
+
+
+class TeacherGuided(SynthesisMethod, PrivateRelease):
+    """The release as a synthesiser (`synthesize --method teacher-guided`), beside DataLens and DP-MERF: the same
+    teacher, released statistics, generator and synthetic set, its budget under replace-one as theirs. The
+    transcription's knobs are --set's; the teacher's and the statistics' are `release`'s own options."""
+
+    name = "teacher-guided"
+    summary = ("a DP-SGD teacher and a DP picture of the data guide a generator (the release's): its synthetic set, "
+               "and a classifier trained on it alone")
+    command = "synthesize"
+    config_type = ReleaseConfig
+    ignored = {"dataset", "epsilon", "delta", "synthetic_size", "seed", "device", "reproducible_noise"}  # its own
+
+    @property
+    def settings_type(self) -> type:
+        return TranscriptionConfig
+
+    def build_config(self, preset: str | None, values: dict[str, Any]) -> ReleaseConfig:
+        """synthesize's options: the budget, size, seed and device as `release` takes them; --steps the
+        transcription's iterations, --batch-size its samples an iteration; any other a ConfigError."""
+        given = {key: value for key, value in values.items() if value is not None and value is not False}
+        if "epsilon" not in given or "dataset" not in given:
+            raise ConfigError(f"{self.name} needs --dataset and --epsilon")
+        transcription = {key: value for key, value in given.items() if key not in self.ignored}
+        if "steps" in transcription:
+            transcription["iterations"] = transcription.pop("steps")
+        foreign = sorted(set(transcription) - {field.name for field in dataclasses.fields(TranscriptionConfig)})
+        if foreign:
+            raise ConfigError(f"{', '.join(name.replace('_', '-') for name in foreign)}: not a {self.name} setting "
+                              f"(datalens takes it); the teacher's and the statistics' settings are `dpdistill "
+                              f"release`'s options (docs/methods/release.md)")
+        teacher = {"reproducible_noise": True} if given.get("reproducible_noise") else {}
+        return build_release_config(given["dataset"], given["epsilon"], given.get("delta", 1e-5), REPLACE_ONE,
+                                    synthetic_size=given.get("synthetic_size", SYNTHETIC_SIZE), preset=preset,
+                                    seed=given.get("seed", 0), device=given.get("device", "cpu"),
+                                    teacher_options=teacher, transcription_options=transcription)
+
+    def config_record(self, source: Source, config: ReleaseConfig) -> dict[str, Any]:
+        return {**config.to_dict(), "method": self.name}  # what --resume reads back as this synthesiser's
 
 
 def run_release(config: ReleaseConfig | None, out_dir: Path, resume: bool = False, progress: Progress | None = None,

@@ -38,6 +38,11 @@ class SynthesisMethod(Method):
     command = "synthesize"
     config_type: ClassVar[type]  # its settings, with `from_dict` (what --resume reads back)
 
+    @property
+    def settings_type(self) -> type:
+        """The configuration whose fields --set reaches: its own settings, unless they nest others."""
+        return self.config_type
+
     @abstractmethod
     def build_config(self, preset: str | None, values: dict[str, Any]) -> Any:
         """Settings from a preset and explicit values (None: not given); a value the method does not take, or a
