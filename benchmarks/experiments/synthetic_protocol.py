@@ -2,7 +2,8 @@
 SIZE images (classes balanced by the DP teacher's argmax, as the release draws them), and a classifier of each
 architecture is trained on them alone (Adam 1e-3, batch 128, EPOCHS epochs, final model) and tested on the real
 test split. DataLens' protocol, the release's, is the `datalens` classifier; FETA-Pro's figures use stronger
-classifiers (DPImageBench: the mean of ResNet, WRN and ResNeXt).
+classifiers (DPImageBench: the mean of ResNet, WRN and ResNeXt). `--confidence P` keeps only the images the teacher
+gives their class with probability at least P (post-processing too).
 
     .venv/bin/python benchmarks/experiments/synthetic_protocol.py RUN_DIR [--sizes 10000,60000]
         [--archs datalens,cnn] [--epochs 10]
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--archs", default="datalens,cnn")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="the latent vectors' and the classifiers' seed")
+    parser.add_argument("--confidence", type=float, default=0.0,
+                        help="keep only images whose teacher probability of its class is at least this (0: all)")
     args = parser.parse_args()
     generator, meta = load_generator(args.run)
     teacher = load_model(args.run / TEACHER_DIR, STUDENT).eval()
@@ -46,14 +49,17 @@ def main() -> None:
 
     @torch.no_grad()
     def label(images: torch.Tensor) -> torch.Tensor:
-        return teacher(images).argmax(1)
+        """The teacher's class, or -1 (never kept) where it is less sure than --confidence."""
+        probabilities, classes = teacher(images).softmax(1).max(1)
+        return torch.where(probabilities >= args.confidence, classes, torch.full_like(classes, -1))
 
     for size in map(int, args.sizes.split(",")):
         images, labels = balanced_draw(generate, label, size, dataset.num_classes)
         for arch in args.archs.split(","):
             _, evaluation, seconds = evaluate_synthetic(dataset, images, labels, "release", StudentSettings(
                 arch, args.epochs, EVALUATION_LR, EVALUATION_BATCH, args.seed, "cpu", every_epoch=False))
-            print(json.dumps({"run": str(args.run), "images": len(labels), "classifier": arch, "epochs": args.epochs,
+            print(json.dumps({"run": str(args.run), "images": len(labels), "confidence": args.confidence,
+                              "classifier": arch, "epochs": args.epochs,
                               "test_accuracy": round(100 * evaluation["accuracy"]["student"], 2),
                               "seconds": round(seconds)}), flush=True)
 
