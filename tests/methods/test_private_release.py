@@ -126,3 +126,19 @@ def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
         build_release_config("digits", 2.0, statistics_share=0.5)
     with pytest.raises(ConfigError, match="statistics-resolution"):
         build_release_config("digits", 2.0, statistics_resolution=-1)
+
+
+def test_the_teacher_guided_synthesiser_configures_the_release_under_replace_one():
+    """synthesize's options reach the release: --steps its iterations, a knob set to False kept as given, the
+    budget calibrated under replace-one; an option of DataLens refused, naming where the teacher's settings are."""
+    from dpdistill.methods.release import TeacherGuided
+
+    config = TeacherGuided().build_config(None, {"dataset": "digits", "epsilon": 1.0, "steps": 5, "teachers": None,
+                                                 "augment_flip": False, "synthetic_size": 300})
+    assert (config.transcription.iterations, config.transcription.augment_flip) == (5, False)
+    assert config.teacher.relation == "replace-one" and config.transcription.synthetic_size == 300
+    assert config.statistics_epsilon + config.teacher.epsilon == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="teachers: not a teacher-guided setting.*release"):
+        TeacherGuided().build_config(None, {"dataset": "digits", "epsilon": 1.0, "teachers": 10})
+    with pytest.raises(ConfigError, match="needs --dataset and --epsilon"):
+        TeacherGuided().build_config(None, {"dataset": "digits"})

@@ -251,7 +251,8 @@ class TeacherGuided(SynthesisMethod, PrivateRelease):
                "and a classifier trained on it alone")
     command = "synthesize"
     config_type = ReleaseConfig
-    ignored = {"dataset", "epsilon", "delta", "synthetic_size", "seed", "device", "reproducible_noise"}  # its own
+    # the options the release takes itself; every other value given is the transcription's
+    release_options = {"dataset", "epsilon", "delta", "synthetic_size", "seed", "device", "reproducible_noise"}
 
     @property
     def settings_type(self) -> type:
@@ -260,10 +261,10 @@ class TeacherGuided(SynthesisMethod, PrivateRelease):
     def build_config(self, preset: str | None, values: dict[str, Any]) -> ReleaseConfig:
         """synthesize's options: the budget, size, seed and device as `release` takes them; --steps the
         transcription's iterations, --batch-size its samples an iteration; any other a ConfigError."""
-        given = {key: value for key, value in values.items() if value is not None and value is not False}
+        given = {key: value for key, value in values.items() if value is not None}
         if "epsilon" not in given or "dataset" not in given:
             raise ConfigError(f"{self.name} needs --dataset and --epsilon")
-        transcription = {key: value for key, value in given.items() if key not in self.ignored}
+        transcription = {key: value for key, value in given.items() if key not in self.release_options}
         if "steps" in transcription:
             transcription["iterations"] = transcription.pop("steps")
         foreign = sorted(set(transcription) - {field.name for field in dataclasses.fields(TranscriptionConfig)})
