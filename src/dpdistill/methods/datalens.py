@@ -287,7 +287,7 @@ COMMAND = CommandSpec(
              Option("preset", str | None, None, "datalens: paper, the official code's command (4,000 teachers); cpu, "
                                                 "about an hour on two cores at epsilon 10; control, no noise (no "
                                                 "guarantee, no --epsilon); teacher-guided: the transcription "
-                                                "engine's [default: dp-teacher, the release's loop]", field=False),
+                                                "engine's, the release's loop by default", field=False),
              *preset_options(PRESET_OPTIONS),
              Option("reproducible_noise", bool, False, REPRODUCIBLE_NOISE_HELP, show_default=False, field=False),
              resume_option(), set_option("any knob of the method, KEY=VALUE (repeatable), e.g. clip=1e-5"),
