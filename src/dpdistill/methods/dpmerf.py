@@ -22,7 +22,7 @@ from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Needs, Outcome, Source, data_read
 from dpdistill.methods.synthetic import (CLASSIFIER_STATE, StudentSettings, SynthesisMethod, evaluate_synthetic,
-                                         student_model, synthetic_files)
+                                         given_settings, student_model, synthetic_files)
 from dpdistill.privacy.accounting import composed_epsilon
 from dpdistill.privacy.ledger import Release, event_to_json, reproducible_noise_read
 from dpdistill.privacy.randomness import noise_source
@@ -41,14 +41,9 @@ def build_mean_embedding_config(preset: str | None, values: dict[str, Any]) -> M
     """A config from explicit values (None: not given); dp-merf has no preset."""
     if preset is not None:
         raise ConfigError(f"dp-merf has no preset (got {preset!r}): its defaults are the measured settings")
-    given = {key: value for key, value in values.items() if value is not None}
-    if "epsilon" not in given or "dataset" not in given:
-        raise ConfigError("dp-merf needs --dataset and --epsilon")
-    foreign = sorted(set(given) - {field.name for field in dataclasses.fields(MeanEmbeddingConfig)})
-    if foreign:
-        raise ConfigError(f"{', '.join(name.replace('_', '-') for name in foreign)}: not a dp-merf setting "
-                          f"(datalens takes it); see `dpdistill synthesize --help` and docs/methods/dp-merf.md")
-    return MeanEmbeddingConfig.from_dict(given)
+    return MeanEmbeddingConfig.from_dict(given_settings(
+        "dp-merf", values, {field.name for field in dataclasses.fields(MeanEmbeddingConfig)},
+        "see `dpdistill synthesize --help` and docs/methods/dp-merf.md"))
 
 
 class DpMerf(SynthesisMethod):

@@ -31,7 +31,7 @@ from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_rea
 from dpdistill.methods.config import RELEASE_LOOP, TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute, reserve_all
-from dpdistill.methods.synthetic import SynthesisMethod
+from dpdistill.methods.synthetic import SynthesisMethod, given_settings
 from dpdistill.methods.transcription import TranscriptionJob
 from dpdistill.models.registry import build_classifier
 from dpdistill.options import (OVERWRITE_OPTION, SEED_HELP, SETTINGS, CommandSpec, Option, dataset_help, out_option,
@@ -261,17 +261,12 @@ class TeacherGuided(SynthesisMethod, PrivateRelease):
     def build_config(self, preset: str | None, values: dict[str, Any]) -> ReleaseConfig:
         """synthesize's options: the budget, size, seed and device as `release` takes them; --steps the
         transcription's iterations, --batch-size its samples an iteration; any other a ConfigError."""
-        given = {key: value for key, value in values.items() if value is not None}
-        if "epsilon" not in given or "dataset" not in given:
-            raise ConfigError(f"{self.name} needs --dataset and --epsilon")
+        given = given_settings(self.name, values, self.release_options | {"steps"} | {
+            field.name for field in dataclasses.fields(TranscriptionConfig)}, "the teacher's and the statistics' "
+            "settings are `dpdistill release`'s options (docs/methods/release.md)")
         transcription = {key: value for key, value in given.items() if key not in self.release_options}
         if "steps" in transcription:
             transcription["iterations"] = transcription.pop("steps")
-        foreign = sorted(set(transcription) - {field.name for field in dataclasses.fields(TranscriptionConfig)})
-        if foreign:
-            raise ConfigError(f"{', '.join(name.replace('_', '-') for name in foreign)}: not a {self.name} setting "
-                              f"(datalens takes it); the teacher's and the statistics' settings are `dpdistill "
-                              f"release`'s options (docs/methods/release.md)")
         teacher = {"reproducible_noise": True} if given.get("reproducible_noise") else {}
         return build_release_config(given["dataset"], given["epsilon"], given.get("delta", 1e-5), REPLACE_ONE,
                                     synthetic_size=given.get("synthetic_size", SYNTHETIC_SIZE), preset=preset,

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from dpdistill.data.base import ImageDataset
+from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Method
 from dpdistill.methods.teachers import classifier_meta
 from dpdistill.models.base import Classifier
@@ -47,6 +48,19 @@ class SynthesisMethod(Method):
     def build_config(self, preset: str | None, values: dict[str, Any]) -> Any:
         """Settings from a preset and explicit values (None: not given); a value the method does not take, or a
         bad one, is one ConfigError."""
+
+
+def given_settings(method: str, values: dict[str, Any], takes: set[str], advice: str) -> dict[str, Any]:
+    """The values given to `method` (None: not given): --dataset and --epsilon among them, every other a setting it
+    `takes`; else one ConfigError, naming the settings of another synthesiser (DataLens') and `advice`."""
+    given = {key: value for key, value in values.items() if value is not None}
+    if "epsilon" not in given or "dataset" not in given:
+        raise ConfigError(f"{method} needs --dataset and --epsilon")
+    foreign = sorted(set(given) - takes)
+    if foreign:
+        raise ConfigError(f"{', '.join(name.replace('_', '-') for name in foreign)}: not a {method} setting "
+                          f"(datalens takes it); {advice}")
+    return given
 
 
 @dataclasses.dataclass(frozen=True)
