@@ -65,6 +65,7 @@ def test_release_trains_a_dp_teacher_and_transcribes_it_under_its_epsilon(tmp_pa
     (["--epsilon", 1, "--teacher-set", "epochs=0"], "at least 1"),
     (["--epsilon", 1, "--statistics-share", 0.5], "--statistics-share must be in [0, 0.5)"),
     (["--epsilon", 1, "--teacher-arch", "datalens"], "--teacher-arch datalens has no GroupNorm or BatchNorm layer"),
+    (["--epsilon", 1, "--set", "target_step=0.5"], "target-step: a setting of a teacher's noisy answers"),
 ])
 def test_a_release_that_cannot_run_is_refused_in_one_line_before_any_write(tmp_path: Path, args, message):
     out = tmp_path / "release"

@@ -180,6 +180,7 @@ GUIDED_BASE = ("--method", "teacher-guided")
     (GUIDED_BASE, ("--teachers", "10"), "not a teacher-guided setting"),
     (GUIDED_BASE, ("--set", "sigma=3"), "cannot set"),
     (GUIDED_BASE, ("--preset", "fancy"), "preset"),
+    (GUIDED_BASE, ("--top-k", "5"), "top-k: a setting of a teacher's noisy answers"),
     (("--method", "dpsgd"), (), "lists every method and the command that runs it"),
 ])
 def test_mistakes_are_one_line_and_write_nothing(tmp_path: Path, base, extra, message):

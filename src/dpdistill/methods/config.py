@@ -17,6 +17,11 @@ from dpdistill.privacy.selection import FASHION_MNIST, MNIST_SET, Selection
 from dpdistill.training.annotation import OUTPUT_SPACES
 
 
+# the knobs of a teacher's noisy answers: a run that reads its teacher without noise (privacy mode none, as a
+# release reads its DP teacher) never uses them
+NOISY_ANSWER_SETTINGS = frozenset({"top_k", "gradient_operation", "candidates", "vote_margin", "candidate_threshold",
+                                   "target_step", "output_space"})
+
 @dataclass
 class TranscriptionConfig:
     """Every knob of a DPSD-family run (defaults: DPSD's settings where the seed gives them)."""

@@ -28,7 +28,7 @@ from typing import Any
 from dpdistill.data import load_dataset
 from dpdistill.errors import ConfigError
 from dpdistill.methods.base import Job, Method, Needs, Outcome, Source, data_read
-from dpdistill.methods.config import RELEASE_LOOP, TranscriptionConfig, build_config
+from dpdistill.methods.config import NOISY_ANSWER_SETTINGS, RELEASE_LOOP, TranscriptionConfig, build_config
 from dpdistill.methods.dpsgd import DPSGD
 from dpdistill.methods.lifecycle import execute, reserve_all
 from dpdistill.methods.synthetic import SynthesisMethod, given_settings
@@ -225,6 +225,10 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
     if statistics_resolution < 0:
         raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got "
                           f"{statistics_resolution}")
+    unread = sorted(NOISY_ANSWER_SETTINGS & set(transcription_options or {}))
+    if unread:
+        raise ConfigError(f"{', '.join(name.replace('_', '-') for name in unread)}: a setting of a teacher's noisy "
+                          f"answers, which a release never uses (it reads its DP teacher without noise)")
     schedule = CNN_SCHEDULE if teacher_arch == TEACHER_ARCH else {}
     teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
                                        "epsilon": epsilon * (1 - statistics_share),
