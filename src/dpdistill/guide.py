@@ -56,8 +56,7 @@ ROUTES = (
           {1: "dpsgd-scatter-linear-eps1-{d}", 10: "dpsgd-scatter-linear-eps10-{d}"}),
     Route(("data", "public"), "one release: a DP teacher transcribed for free into a student of any architecture, "
           "a generator and synthetic images (release)",
-          _same("dpdistill release --dataset D --epsilon E --student-arch cnn --synthetic-size 10000 "
-                "--out runs/release"),
+          _same("dpdistill release --dataset D --epsilon E --synthetic-size 10000 --out runs/release"),
           {1: "release-eps1-{d}", 10: "release-eps10-{d}"}),
     Route(("data", "public"), "private synthetic images and a classifier on them (synthesize --method dp-merf)",
           _same("dpdistill synthesize --method dp-merf --dataset D --epsilon E --out runs/synthetic"),
