@@ -22,6 +22,7 @@ from dpdistill.training.annotation import OUTPUT_SPACES
 NOISY_ANSWER_SETTINGS = frozenset({"top_k", "gradient_operation", "candidates", "vote_margin", "candidate_threshold",
                                    "target_step", "output_space"})
 
+
 @dataclass
 class TranscriptionConfig:
     """Every knob of a DPSD-family run (defaults: DPSD's settings where the seed gives them)."""
