@@ -80,5 +80,6 @@ def main() -> None:
                           "datalens classifier": round(100 * accuracy, 2),
                           "fidelity": entry["fidelity"]["synthetic_to_real"]}), flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -7,7 +7,8 @@ import pytest
 
 from dpdistill.errors import ConfigError
 
-from dpdistill.methods.release import TEACHER_PHASE, TRANSCRIPTION_PHASE, build_release_config, run_release
+from dpdistill.methods.release import (TEACHER_PHASE, TRANSCRIPTION_PHASE, TeacherGuided, build_release_config,
+                                      run_release)
 from dpdistill.methods.synthetic import CLASSIFIER_PHASE, SYNTHETIC_PHASE
 from dpdistill.methods.transcription import FIDELITY_PHASE
 from dpdistill.reporting.transcription import WITH_TEACHER
@@ -131,8 +132,6 @@ def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
 def test_the_teacher_guided_synthesiser_configures_the_release_under_replace_one():
     """synthesize's options reach the release: --steps its iterations, a knob set to False kept as given, the
     budget calibrated under replace-one; an option of DataLens refused, naming where the teacher's settings are."""
-    from dpdistill.methods.release import TeacherGuided
-
     config = TeacherGuided().build_config(None, {"dataset": "digits", "epsilon": 1.0, "steps": 5, "teachers": None,
                                                  "augment_flip": False, "synthetic_size": 300})
     assert (config.transcription.iterations, config.transcription.augment_flip) == (5, False)
