@@ -174,7 +174,7 @@ SCATTER_RELEASE = ("--teacher-arch", "scatter-linear", "--statistics-share", "0"
 SCATTER_TEACHERS = {"1": (), "10": ("--teacher-set", "batch_size=16384", "--teacher-set", "lr=16",
                                     "--teacher-set", "epochs=160")}
 # the release before its class statistics and longer loop: the layers' statistics alone, the dp-teacher preset's loop
-LAYERS_RELEASE = ("--statistics-resolution", "0", "--preset", "dp-teacher")
+LAYERS_RELEASE = ("--statistics-resolution", "0", "--statistics-share", "0.05", "--preset", "dp-teacher")
 
 
 def release_rows(dataset: str, headline_seeds: int) -> list[Run]:

@@ -78,16 +78,18 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
 
     config = build_release_config("digits", 2.0, synthetic_size=0, teacher_options={"epochs": 3},
                                   transcription_options=SMALL)
-    assert config.teacher.epsilon == pytest.approx(1.9) and config.statistics_epsilon == pytest.approx(0.1)
+    assert config.teacher.epsilon == pytest.approx(1.8) and config.statistics_epsilon == pytest.approx(0.2)
+    assert config.statistics_share == 0.1
     report = run_release(config, tmp_path)
     privacy, statistics = report["privacy"], report["statistics"]
-    assert (tmp_path / "teacher" / "statistics.safetensors").exists() and statistics["resolution"] == 7
+    assert (tmp_path / "teacher" / "statistics.safetensors").exists() and statistics["resolution"] == 14
     assert any("g_class_statistics" in record for record in report["history"])  # the generator matched the classes
-    notes = " ".join(privacy["selection"])  # choices made on Fashion-MNIST, said as fixed public ones for digits
-    assert "7 x 7 cells were chosen on Fashion-MNIST" in notes and "cnn's DP-SGD schedule" in notes
+    notes = " ".join(privacy["selection"])  # choices made on the two sets, said as fixed public ones for digits
+    assert "14 x 14 cells and share of 0.1 were chosen on the MNIST set" in notes and "cnn's DP-SGD schedule" in notes
+    assert "14 x 14 cells and share of 0.1 were chosen on Fashion-MNIST" in notes
     assert "a fixed public choice for this data" in notes and "no epsilon here covers" not in notes
     teacher = json.loads((tmp_path / "teacher" / "report.json").read_text())["privacy"]
-    assert statistics["epsilon_add_remove"] <= 0.1 and teacher["epsilon"] <= 1.9
+    assert statistics["epsilon_add_remove"] <= 0.2 and teacher["epsilon"] <= 1.8
     assert privacy["epsilon"] == pytest.approx(teacher["epsilon"] + statistics["epsilon_add_remove"])
     assert privacy["epsilon"] <= 2.0
     assert privacy["delta"] == pytest.approx(1e-5) and "released feature statistics" in privacy["covered"]
@@ -104,7 +106,7 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
 
     path = tmp_path / "teacher" / "statistics.safetensors"
     kept, figures = load_statistics(path)
-    assert kept.classes[0].shape == (10, 49)  # each class's images at 7 x 7 cells
+    assert kept.classes[0].shape == (10, 196)  # each class's images at 14 x 14 cells
     _, teacher_meta = load_classifier(tmp_path / "teacher", "student")
     teacher_provenance = Provenance.of_meta(teacher_meta)
     save_statistics(path, kept, StatisticsPlan(2 * figures["noise_multiplier"], figures["delta"]).figures())

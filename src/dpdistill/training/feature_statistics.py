@@ -51,7 +51,7 @@ from dpdistill.progress import Progress
 STATISTICS_FILE = "statistics.safetensors"  # beside the model they were released for
 STATISTICS_METHOD = "release: feature statistics"  # their entry in that model's ledger
 CLIP = 20.0  # per-example L2 bound of the moments (module docstring, step 1)
-RESOLUTION = 7  # the class part's default cells (R x R): a blurred garment's form, at a noise its 6,000 images average
+RESOLUTION = 14  # the class part's default cells (R x R): a garment's form, at a noise its 6,000 images average
 IMAGE_CLIP_PER_SIDE = 0.6  # the class part's bound over R: the MNIST set's 99th percentile of its norm is 3.8 at
 # R = 7 and 8.6 at R = 14 (benchmarks/experiments/released_statistics.py --norms)
 BATCH = 1000  # private images through the model at once
