@@ -59,7 +59,7 @@ STATISTICS_SHARE = 0.1  # of the budget (epsilon and delta), for the released st
 STATISTICS_KEY = "statistics"  # the key of the statistics' entries in the ledgers: OUT/statistics
 CELLS = f"the released class statistics' {RESOLUTION} x {RESOLUTION} cells and share of {STATISTICS_SHARE:g}"
 CELLS_SETTINGS = {"resolution": RESOLUTION, "share": STATISTICS_SHARE}
-RESOLUTION_SELECTIONS = (  # chosen on the proxy, then the whole release measured on Fashion-MNIST's test split
+CELLS_SELECTIONS = (  # chosen on the proxy, then the whole release measured on Fashion-MNIST's test split
     Selection(CELLS, CELLS_SETTINGS, "the MNIST set (transcriptions of its DP-SGD teacher)", MNIST_SET),
     Selection(CELLS, CELLS_SETTINGS, "Fashion-MNIST (releases scored on its test split)", FASHION_MNIST))
 STUDENT_ARCH = "cnn"
@@ -175,7 +175,7 @@ class ReleaseJob(Job):
             outcome.report["statistics"] = {"path": str(self.teacher_dir / STATISTICS_FILE),
                                             **self.statistics.figures()}
             outcome.privacy = with_selection(outcome.privacy, selection_notes(
-                RESOLUTION_SELECTIONS, {"resolution": self.statistics.resolution,
+                CELLS_SELECTIONS, {"resolution": self.statistics.resolution,
                                         "share": self.config.statistics_share}, self.dataset.digest))
         if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds);
             whole = time.perf_counter() - started  # the teacher's training grows with the private count: private
