@@ -175,8 +175,8 @@ class ReleaseJob(Job):
             outcome.report["statistics"] = {"path": str(self.teacher_dir / STATISTICS_FILE),
                                             **self.statistics.figures()}
             outcome.privacy = with_selection(outcome.privacy, selection_notes(
-                CELLS_SELECTIONS, {"resolution": self.statistics.resolution,
-                                        "share": self.config.statistics_share}, self.dataset.digest))
+                CELLS_SELECTIONS, {"resolution": self.statistics.resolution, "share": self.config.statistics_share},
+                self.dataset.digest))
         if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds);
             whole = time.perf_counter() - started  # the teacher's training grows with the private count: private
             transcribed = outcome.private_record
