@@ -146,9 +146,11 @@ class ReleaseJob(Job):
         # teacher's own run, which keeps it in OUT/teacher/config.json
         self.teacher_config = with_public_size(config.teacher, self.dataset)
         plan_private_training(self.teacher_config, public_train_size(self.teacher_config, self.dataset))
+        # cells no finer than the images' pixels (a shape, public): finer ones repeat pixels, each under its noise
+        resolution = min(config.statistics_resolution, *self.dataset.input_shape[1:])
         self.statistics = (None if config.statistics_epsilon == 0 else
                            plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation,
-                                           config.statistics_resolution))
+                                           resolution))
         config.transcription.validate(self.dataset.num_classes)
         # a bad name, or statistics the teacher cannot give, fail now, not after the teacher's training
         teacher = build_classifier(config.teacher.student_arch, self.dataset.input_shape, self.dataset.num_classes)
@@ -174,9 +176,9 @@ class ReleaseJob(Job):
         if self.statistics is not None:
             outcome.report["statistics"] = {"path": str(self.teacher_dir / STATISTICS_FILE),
                                             **self.statistics.figures()}
-            outcome.privacy = with_selection(outcome.privacy, selection_notes(
-                CELLS_SELECTIONS, {"resolution": self.statistics.resolution, "share": self.config.statistics_share},
-                self.dataset.digest))
+            chosen = {"resolution": self.config.statistics_resolution, "share": self.config.statistics_share}
+            outcome.privacy = with_selection(outcome.privacy, selection_notes(CELLS_SELECTIONS, chosen,
+                                                                              self.dataset.digest))
         if not resume:  # one process ran it all (a resumed release's earlier parts took a time no report holds);
             whole = time.perf_counter() - started  # the teacher's training grows with the private count: private
             transcribed = outcome.private_record
@@ -348,7 +350,8 @@ COMMAND = CommandSpec(
                     field=False),
              Option("statistics_resolution", int, RESOLUTION, "the cells a side at which each class's images are "
                                                               "released with them, the generator's picture of each "
-                                                              "class's form (0: none)", min=0, field=False),
+                                                              "class's form, at most the image's side (0: none)",
+                    min=0, field=False),
              Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
                                                       "data set's declared size, else a noisy count of it at 1% of "
                                                       "--epsilon]", min=1, field=False),
