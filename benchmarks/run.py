@@ -1036,7 +1036,8 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
         lines += ["", "### The seed papers beside this implementation", "",
                   "At each paper's own settings (`--preset paper --accounting paper`). The paper-formula epsilon is "
                   "NOT a guarantee; the sound epsilon is what the run spends. The control: the same pipeline "
-                  "without noise (NOT private). "
+                  "without noise (NOT private). Run before the presets were read again: the SRR, FedDPSD and DGD "
+                  "rows, DGD's control. "
                   f"{DATASET_NAMES.get(datasets[0], datasets[0])}; other data sets: {commands}.", "",
                   "| method | paper's epsilon | row | paper % | ours % | seeds | paper-formula eps | sound eps | "
                   "control: row, % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
