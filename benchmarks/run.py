@@ -491,7 +491,8 @@ def controls(dataset: str, headline_seeds: int) -> list[Run]:
                 quick_args=WORKLOAD_QUICK),
             Run(f"srr-control-workload-{dataset}", WORKLOAD_GROUP + SRR_DEPARTURE, dataset,
                 ("--method", "srr", "--privacy", "label", "--preset", "paper,paper-workload", "--accounting",
-                 "paper", "--epsilon", "50", *SRR_STUDENT), quick_args=(*WORKLOAD_QUICK, "--set", "generator_pretrain_steps=6"))]
+                 "paper", "--epsilon", "50", *SRR_STUDENT),
+                quick_args=(*WORKLOAD_QUICK, "--set", "generator_pretrain_steps=6"))]
 
 
 def siblings(dataset: str, headline_seeds: int) -> list[Run]:
@@ -502,7 +503,8 @@ def siblings(dataset: str, headline_seeds: int) -> list[Run]:
     for epsilon in ("1", "10"):
         runs.append(Run(f"srr-paper-eps{epsilon}-{dataset}", f"SRR at the paper preset{SRR_DEPARTURE} (NO "
                         "guarantee)", dataset, ("--method", "srr", "--privacy", "label", "--preset", "paper",
-                                                "--accounting", "paper", "--epsilon", epsilon, *SRR_STUDENT), headline_seeds if epsilon == "1" else 1,
+                                                "--accounting", "paper", "--epsilon", epsilon, *SRR_STUDENT),
+                        headline_seeds if epsilon == "1" else 1,
                         PAPER_SRR.get((dataset, epsilon)), quick_args=(*QUICK, "--set", "generator_pretrain_steps=6")))
     runs += controls(dataset, headline_seeds)
     for epsilon in ("1", "10"):
