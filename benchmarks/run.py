@@ -1060,7 +1060,8 @@ def render_headline(rows: list[dict], quick: bool, figure: str | None, full: str
     accounted = [name for name in shown if name in relation and name in by_name and name.endswith("-fmnist")]
     lines += ["", "### One relation for every figure", "",
               "DP-SGD's budgets are add/remove (Opacus'); ensembles, PATE and transcriptions are replace-one and "
-              "hold under add/remove. The Fashion-MNIST DP-SGD rows above under both relations, from `.venv/bin/python benchmarks/relation.py` (`relation.json`):", ""]
+              "hold under add/remove. The Fashion-MNIST DP-SGD rows above under both relations, from "
+              "`.venv/bin/python benchmarks/relation.py` (`relation.json`):", ""]
     if accounted:
         lines += ["| row | add/remove eps (the budget) | replace-one eps | noise multiplier | sampling rate | steps |",
                   "| --- | --- | --- | --- | --- | --- |"]

@@ -24,7 +24,7 @@ import torch
 
 from dpdistill import api
 from dpdistill.data import load_dataset
-from dpdistill.losses.generator import ClassCellStatistics
+from dpdistill.losses.generator import ClassCellStatistics, per_class_distance
 from dpdistill.methods.config import RELEASE_LOOP
 from dpdistill.privacy.accounting import GaussianQuery
 from dpdistill.privacy.randomness import noise_source
@@ -41,10 +41,8 @@ def add_kernel_term(embedding: torch.nn.Module, targets: torch.Tensor, weight: f
     cells, kernels = ClassCellStatistics.loss, []
 
     def with_kernel(self: ClassCellStatistics, images: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
-        phi = embedding(images)
-        terms = [(classes == label).float().mean() * (phi[classes == label].mean(0) - targets[label]).norm()
-                 for label in classes.unique().tolist() if int((classes == label).sum()) > 1]
-        kernel = torch.stack(terms).sum() if terms else phi.new_zeros(())
+        kernel = per_class_distance(embedding(images), classes,
+                                    lambda chosen, label: (chosen.mean(0) - targets[label]).norm())
         kernels.append(float(kernel.detach()))
         return cells(self, images, classes) + weight * kernel
     ClassCellStatistics.loss = with_kernel

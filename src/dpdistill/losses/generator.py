@@ -8,6 +8,8 @@ each class's images, blurred (the class-statistics term, against a DP release of
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -95,6 +97,14 @@ def image_cells(images: Tensor, resolution: int) -> Tensor:
     return F.adaptive_avg_pool2d((images + 1) / 2, resolution).flatten(1)
 
 
+def per_class_distance(features: Tensor, classes: Tensor, distance: Callable[[Tensor, int], Tensor]) -> Tensor:
+    """The sum over the classes present at least twice of `distance(their features, class)`, each weighted by its
+    share of the batch (0 when none is)."""
+    terms = [(classes == label).float().mean() * distance(chosen, label) for label in classes.unique().tolist()
+             if len(chosen := features[classes == label]) > 1]
+    return torch.stack(terms).sum() if terms else features.new_zeros(())
+
+
 class ClassCellStatistics:
     """How far each class's generated images are, at R x R cells, from that class's cell means and variances
     (`mean`, `var`: (classes, C R R)). A generated image's class is the one its reader (the teacher) names; each
@@ -104,9 +114,5 @@ class ClassCellStatistics:
         self.mean, self.var, self.resolution = mean, var, resolution
 
     def loss(self, images: Tensor, classes: Tensor) -> Tensor:
-        cells = image_cells(images, self.resolution)
-        terms = [(classes == label).float().mean() * ((chosen.mean(0) - self.mean[label]).norm()
-                                                      + (chosen.var(0, unbiased=False) - self.var[label]).norm())
-                 for label in classes.unique().tolist()
-                 if len(chosen := cells[classes == label]) > 1]
-        return torch.stack(terms).sum() if terms else cells.new_zeros(())
+        return per_class_distance(image_cells(images, self.resolution), classes, lambda chosen, label: (
+            (chosen.mean(0) - self.mean[label]).norm() + (chosen.var(0, unbiased=False) - self.var[label]).norm()))
