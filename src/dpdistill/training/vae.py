@@ -35,12 +35,14 @@ class VaeConfig:
 
 
 def fit_vae(images: Tensor, config: VaeConfig, progress: Progress | None = None) -> tuple[VAE, dict]:
-    """A VAE fitted to `images`; its report gives the final negative ELBO per image (nats) and the wall time."""
+    """A VAE fitted to `images` in their own value range (their least and greatest pixel); its report gives the
+    final negative ELBO per image (nats), the range and the wall time."""
     if len(images) < 2:
         raise ConfigError("a VAE needs at least two images to fit")
     device = torch.device(config.device)
     torch.manual_seed(config.seed)
-    vae = VAE(tuple(images.shape[1:]), config.latent_dim).to(device)
+    vae = VAE(tuple(images.shape[1:]), config.latent_dim, value_range=(images.min().item(), images.max().item()))
+    vae = vae.to(device)
     optimizer = torch.optim.Adam(vae.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / config.steps)
     images, started, smoothed = images.to(device), time.perf_counter(), None
@@ -55,4 +57,5 @@ def fit_vae(images: Tensor, config: VaeConfig, progress: Progress | None = None)
         if progress:  # every step, so that a display never sits still; the loss now and then (a logged line)
             shown = {"vae_loss": smoothed} if step % 500 == 0 or step == config.steps else {}
             progress({"phase": VAE_PHASE, "done": step, "total": config.steps, **shown})
-    return vae.eval().requires_grad_(False), {"negative_elbo": smoothed, "wall_seconds": time.perf_counter() - started}
+    return vae.eval().requires_grad_(False), {"negative_elbo": smoothed, "value_range": [vae.low, vae.low + vae.span],
+                                              "wall_seconds": time.perf_counter() - started}
