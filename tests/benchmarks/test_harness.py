@@ -223,3 +223,20 @@ def test_faithful_dgd_and_its_control_run_after_the_ensemble_and_the_baseline(ro
     harness = benchmark_harness()
     chosen = [run.name for run in harness.select(harness.table(("fmnist",), 3), [row])]
     assert chosen == ["teacher-fmnist", "teachers-250-heads-scatter-fmnist", row]
+
+
+def test_every_dgd_row_states_settings_dgd_accepts():
+    """A preset that gains a setting can leave a row's `--set` contradicting it, which fails only when the row runs
+    (the supervised-student row did, for the paper preset's linear schedule): every row's settings are built here."""
+    from dpdistill.methods.dgd import build_dgd_config, parse_dgd_assignments
+
+    harness = benchmark_harness()
+    rows = [run for run in harness.table(("fmnist", "mnist"), 3) if run.command == "dgd"]
+    assert len(rows) >= 10
+    for run in rows:
+        given = dict(zip(run.args[::2], run.args[1::2]))
+        assert set(given) <= {"--preset", "--epsilon", "--set"}, run.name
+        sets = [value for flag, value in zip(run.args[::2], run.args[1::2]) if flag == "--set"]
+        epsilon = float(given["--epsilon"]) if "--epsilon" in given else None
+        build_dgd_config(epsilon, "baseline" if run.baseline else None, "source" if run.sample_source else None,
+                         {**parse_dgd_assignments(sets), "accept_noise": True}, given.get("--preset"))
