@@ -1275,15 +1275,16 @@ def select(runs: list[Run], patterns: list[str]) -> list[Run]:
 
 def ran_as_printed(printed: str, epsilon: int, row: dict) -> bool:
     """Whether a row's recorded command is `printed`, a command `dpdistill plan` prints (dpdistill/guide.py), on the
-    row's data set at `epsilon`: the same command and options as the command line parses them, but for the --out
-    and --seed the harness adds (a row's figures are over its seeds) and the input directories the printed one
-    names by a placeholder."""
+    row's data set at `epsilon`: the same command and options as the command line parses them, but for the --out,
+    --seed and --accept-noise the harness adds (a row's figures are over its seeds; the flag runs a setting the
+    command would refuse as near random, and changes none) and the input directories the printed one names by a
+    placeholder."""
     from dpdistill.cli.main import parsed_command
     from dpdistill.guide import PLACEHOLDERS, filled
 
     name, options = parsed_command(filled(printed, row["dataset"], epsilon))
     recorded_name, recorded = parsed_command(row["command"])
-    free = {"out", "seed"} | {key for key, value in options.items() if value in PLACEHOLDERS}
+    free = {"out", "seed", "accept_noise"} | {key for key, value in options.items() if value in PLACEHOLDERS}
     return (name, options.keys()) == (recorded_name, recorded.keys()) and all(
         options[key] == recorded[key] for key in options.keys() - free)
 

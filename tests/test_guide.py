@@ -34,8 +34,9 @@ def test_every_printed_command_is_one_the_command_line_takes(dataset: str, epsil
 
 
 def test_a_figure_is_shown_only_beside_the_command_its_row_ran():
-    """Each figure's row recorded the very command printed (but for --out, --seed and the user's directories); a
-    row that ran another (the federation at epsilon 10 reused owners another row trained) gives no figure."""
+    """Each figure's row recorded the very command printed (but for --out, --seed, --accept-noise and the user's
+    directories); a row that ran another (the federation at epsilon 10 reused owners another row trained) gives no
+    figure."""
     harness = benchmark_harness()
     published = {row["run"]: row for row in json.loads((ROOT / "benchmarks" / "results.json").read_text())}
     figures = json.loads(FIGURES_FILE.read_text())
