@@ -14,11 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpdistill.allocator import keep_freed_memory
 from dpdistill.cli.declared import CommandsWithDeclared
 from dpdistill.cli.output import clear_errors, progress_display, summary, warn
 from dpdistill.defaults import FEDERATED_DELTA, PUBLIC_POOL_SIZE, TEACHER_MIN_STEPS
 from dpdistill.errors import ConfigError
 from dpdistill.options import OVERWRITE_OPTION, SEED_HELP, dataset_help
+
+keep_freed_memory()  # the command's process is its own: large tensors reuse freed pages, not fresh maps
 
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
