@@ -1,10 +1,13 @@
 """The allocator setting: large tensors freed and allocated again reuse their pages instead of faulting in new ones."""
 
+import os
 import platform
 import subprocess
 import sys
 
 import pytest
+
+from dpdistill.allocator import SWITCH
 
 # Allocate and free a 256 MB tensor twenty times, and count the page faults of the last nine: each fresh map faults
 # in all of its 65,536 pages, a reused heap block none (the heap grows a few times first, until its freed blocks lie
@@ -22,8 +25,9 @@ print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def page_faults(mode: str) -> tuple[str, int]:
-    out = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, check=True).stdout
+def page_faults(mode: str, switch: str = "") -> tuple[str, int]:
+    out = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, check=True,
+                         env={**os.environ, SWITCH: switch}).stdout
     applied, faults = out.split()
     return applied, int(faults)
 
@@ -35,3 +39,10 @@ def test_freed_tensors_are_reused_not_mapped_afresh():
     assert applied == "True"
     assert fresh > 9 * 60_000  # each new map of the tensor faulted in again (65,536 pages of 4 KB)
     assert kept < fresh / 20
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the setting is glibc's")
+def test_the_switch_leaves_the_defaults():
+    applied, faults = page_faults("keep", switch="0")
+    assert applied == "False"
+    assert faults > 9 * 60_000
