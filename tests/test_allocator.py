@@ -9,9 +9,9 @@ import pytest
 
 from dpdistill.allocator import SWITCH
 
-# Allocate and free a 64 MB tensor (above the 32 MB threshold) twenty times, and count the page faults of the last nine: each fresh map faults
-# in all of its 16,384 pages, a reused heap block none (the heap grows a few times first, until its freed blocks lie
-# side by side and one of them holds the tensor with its alignment)
+# Allocate and free a 64 MB tensor (above the 32 MB threshold) twenty times, and count the page faults of the last
+# nine: each fresh map faults in all of its 16,384 pages, a reused heap block none (the heap grows a few times first,
+# until its freed blocks lie side by side and one of them holds the tensor with its alignment)
 FAULTS = """
 import resource, sys, torch
 from dpdistill.allocator import keep_freed_memory
