@@ -21,8 +21,6 @@ from dpdistill.defaults import FEDERATED_DELTA, PUBLIC_POOL_SIZE, TEACHER_MIN_ST
 from dpdistill.errors import ConfigError
 from dpdistill.options import OVERWRITE_OPTION, SEED_HELP, dataset_help
 
-keep_freed_memory()  # the command's process is its own: large tensors reuse freed pages, not fresh maps
-
 # Plain help (click's formatter, no rich markup): it wraps every text at the terminal's width, at most 80 columns,
 # where rich's option tables cut names and texts short, and it prints "[default: ...]" as written
 typer.core.HAS_RICH = False  # else typer escapes "[default: ...]" for rich markup and plain help shows the escape
@@ -468,7 +466,10 @@ def audit_command(
                   f"{': REFUTED' if report['refuted'] else ''} -> {out}")
 
 
-def main() -> None:  # pragma: no cover - the `dpdistill` console script
+def main() -> None:
+    """The `dpdistill` command: its process is its own, so large tensors may reuse freed pages, not fresh maps
+    (a program that imports the package keeps its C library's settings)."""
+    keep_freed_memory()
     app(prog_name="dpdistill")
 
 
