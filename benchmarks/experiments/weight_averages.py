@@ -20,6 +20,7 @@ import copy
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,11 +29,10 @@ from torch import nn
 from dpdistill import api
 from dpdistill.allocator import keep_freed_memory
 from dpdistill.data import load_dataset
-from dpdistill.evaluation.metrics import accuracy, predict
+from dpdistill.evaluation.metrics import accuracy
 from dpdistill.methods.config import RELEASE_LOOP, TranscriptionConfig
 from dpdistill.methods.engine import TranscriptionEngine
-from dpdistill.methods.synthetic import balanced_draw
-from dpdistill.methods.transcription import measure_synthetic
+from dpdistill.methods.transcription import measure_synthetic, synthetic_set
 from dpdistill.models.checkpoint import STUDENT
 
 
@@ -109,14 +109,10 @@ def main() -> None:
         print(json.dumps({"student decay": decay, "student": round(100 * score, 2)}), flush=True)
     teacher = api.load_model(args.teacher, STUDENT).eval()
     for decay, average in generator.items():
-        model = average.averaged(engine.generator)
-        draws = torch.Generator().manual_seed(engine.config.seed)  # as the release draws its set
-
-        def generate(count: int) -> torch.Tensor:
-            with torch.no_grad():
-                return model(torch.randn(count, engine.config.latent_dim, generator=draws))
-        images, labels = balanced_draw(generate, lambda batch: predict(teacher, batch), args.synthetic_size,
-                                       dataset.num_classes)
+        # the release's own draw (fresh latent vectors from its seed, classes balanced by the teacher's argmax),
+        # from the averaged generator in place of its last weights
+        averaged = SimpleNamespace(generator=average.averaged(engine.generator), latents=engine.latents)
+        images, labels, _ = synthetic_set(averaged, engine.config, dataset.num_classes, (teacher, "the teacher"))
         entry, score = measure_synthetic(images, labels, "the teacher", dataset.num_classes, TranscriptionConfig(),
                                          dataset)
         print(json.dumps({"generator decay": decay, "datalens classifier": round(100 * score, 2),
