@@ -45,8 +45,11 @@ def use_channels_last(model: Network, enabled: bool = True) -> Network:
     the convolutional networks (cnn, datalens, the ResNets, the generator) are built so.
     On CPU (oneDNN) convolutions, batch norm and pooling train faster so: a step of the cnn on 28x28 images, batch
     128, one thread, 276 -> 178 ms. Opacus' per-example gradients are slower so (an epoch of DP-SGD on
-    Fashion-MNIST 125 -> 219 s), which is why DP-SGD trains in the standard order."""
-    model.channels_last = enabled
+    Fashion-MNIST 125 -> 219 s), and so is GroupNorm, twenty times (models/per_example.py): a model made
+    per-example computes in the standard order."""
+    for network in model.modules():  # a wrapped classifier (an imported model's input transform) follows
+        if hasattr(type(network), "channels_last"):
+            network.channels_last = enabled
     return model.to(memory_format=torch.channels_last if enabled else torch.contiguous_format)
 
 

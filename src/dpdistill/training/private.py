@@ -70,7 +70,7 @@ from dpdistill.training.annotation import DistillationGradient, OutputGradientAn
 from dpdistill.training.averaging import IterateAverage
 from dpdistill.training.distributed import Group
 from dpdistill.training.state import Checkpoints, load_state, save_state
-from dpdistill.models.base import Classifier, use_channels_last
+from dpdistill.models.base import Classifier
 from dpdistill.models.features import frozen_features
 from dpdistill.models.per_example import first_line, layer_names, per_example
 from dpdistill.models.registry import build_classifier, has_fixed_backbone, is_user_arch
@@ -524,13 +524,6 @@ def ghost_clipping_applies(module: nn.Module) -> bool:
                                  for layer in trained)
 
 
-def opacus_compatible(model: Classifier) -> tuple[Classifier, list[str]]:
-    """The model Opacus can train, and one line per kind of change it needed (models/per_example.py: BatchNorm ->
-    GroupNorm, in-place activations out of place; the saved student records it and is rebuilt so). Its maps are in
-    the standard order, where Opacus computes per-example gradients fastest."""
-    return per_example(use_channels_last(model, False))
-
-
 def student_change(change: str) -> str:
     """A change per-example gradients made to the student, as the run's note and report say it."""
     return f"the student was changed for DP-SGD (saved so, rebuilt so on load): {change}"
@@ -808,7 +801,9 @@ class DPSGDTrainer(PrivateTrainer):
             canaries.attach(self.optimizer, self.trained, self.plan.sample_rate, self.config.max_grad_norm)
 
     def _student(self, model: Classifier) -> tuple[Classifier, list[str]]:
-        return opacus_compatible(model)
+        """The model Opacus can train, and one line per kind of change it needed (models/per_example.py; the saved
+        student records it and is rebuilt so)."""
+        return per_example(model)
 
     def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
         self.optimizer.zero_grad(set_to_none=True)
