@@ -2,7 +2,7 @@
 convolved exactly), a teacher that counts its reads, the release a run recorded in its teacher's ledger, a folder
 of IDX files, a folder of images by class, a sample source as `dpdistill synthesize` writes it, costly fixtures
 built once for all workers, the benchmark harness as a module, a user's model written in two files, the CLI in a
-fresh process."""
+fresh process, the memory order a model's layers compute in."""
 
 from __future__ import annotations
 
@@ -228,6 +228,16 @@ def assert_confusion_matches_accuracy(report: dict, out: Path, classes: int) -> 
     assert np.trace(counts) / counts.sum() == pytest.approx(report["accuracy"]["student"], abs=1e-6)
     assert json.loads((out / "report.json").read_text())["confusion"] == report["confusion"]
     assert (out / "confusion.png").stat().st_size > 0 and "](confusion.png)" in (out / "report.md").read_text()
+
+
+def input_orders(model: nn.Module, kind: type[nn.Module]) -> list[bool]:
+    """Filled as `model` runs: for each call of a `kind` layer, whether its input maps were in the standard memory
+    order (not channels-last)."""
+    orders: list[bool] = []
+    for layer in model.modules():
+        if isinstance(layer, kind):
+            layer.register_forward_pre_hook(lambda _layer, inputs: orders.append(inputs[0].is_contiguous()))
+    return orders
 
 
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:

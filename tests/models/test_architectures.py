@@ -8,6 +8,8 @@ from dpdistill.errors import ConfigError
 from dpdistill.models import CLASSIFIERS, build_classifier, build_generator, count_parameters
 from dpdistill.models.base import use_channels_last
 from dpdistill.models.per_example import per_example
+from dpdistill.models.transform import InputTransform, TransformedClassifier
+from helpers import input_orders
 
 SMALL_OPTIONS = {"resnet18": {"width": 8}, "resnet34": {"width": 8}}
 
@@ -52,14 +54,9 @@ def test_convolutional_classifiers_run_channels_last_and_compute_what_the_standa
 def test_a_wrapped_classifier_follows_its_wrapper_into_the_standard_order():
     """An imported model's input transform wraps the classifier: switching the wrapper switches the maps the
     classifier inside computes on, not only the weights."""
-    from dpdistill.models.transform import InputTransform, TransformedClassifier
-
     inner = build_classifier("cnn", (1, 8, 8), 3)
     wrapped = use_channels_last(TransformedClassifier(inner, InputTransform({"range": [0.0, 1.0]}, 1)), False)
-    orders = []
-    for layer in wrapped.modules():
-        if isinstance(layer, nn.BatchNorm2d):
-            layer.register_forward_pre_hook(lambda _layer, inputs: orders.append(inputs[0].is_contiguous()))
+    orders = input_orders(wrapped, nn.BatchNorm2d)
     wrapped.eval()(torch.randn(2, 1, 8, 8))
     assert not inner.channels_last and orders == [True] * 3
 

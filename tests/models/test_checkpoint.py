@@ -11,6 +11,8 @@ from safetensors import safe_open
 from dpdistill.errors import CheckpointError
 from dpdistill.models import build_classifier, build_generator, load_classifier, load_generator, save_model
 from dpdistill.models import checkpoint
+from dpdistill.models.per_example import per_example
+from helpers import input_orders
 
 
 def _meta(arch: str = "cnn", num_classes: int = 10, **options) -> dict:
@@ -48,15 +50,10 @@ def test_a_model_trained_by_dp_sgd_is_rebuilt_in_the_standard_order_it_was_train
     """A cnn made per-example (BatchNorm -> GroupNorm) and saved so computes on load as DP-SGD trained it: its
     GroupNorm layers read maps in the standard order, where PyTorch's CPU GroupNorm is twenty times faster than on
     channels-last maps, and its outputs are the saved model's."""
-    from dpdistill.models.per_example import per_example
-
     model, _ = per_example(build_classifier("cnn", (1, 8, 8), 10).train())
     save_model(tmp_path, model.eval(), {**_meta(), "opacus_fixed": True})
     loaded, _ = load_classifier(tmp_path)
-    orders = []
-    for layer in loaded.modules():
-        if isinstance(layer, torch.nn.GroupNorm):
-            layer.register_forward_pre_hook(lambda _layer, inputs: orders.append(inputs[0].is_contiguous()))
+    orders = input_orders(loaded, torch.nn.GroupNorm)
     x = torch.randn(4, 1, 8, 8)
     assert torch.equal(loaded(x), model(x))
     assert orders == [True] * 3
