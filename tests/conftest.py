@@ -15,15 +15,22 @@ from helpers import TeacherReads, built_once, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
+    """The runs that train (marked slow) first, in their order: with two workers (handed tests a few at a time, see
     pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last. The runs on
     Flower (marked flower) are spread evenly among the other slow ones, so that two of them never run side by side:
-    each starts processes that keep a core busy (Flower's, Ray's), and two side by side took twice as long each."""
+    each starts processes that keep a core busy (Flower's, Ray's), and two side by side took twice as long each.
+    The simulations (xdist group "ray") stay together, one worker's in turn, so that Ray starts once for them all
+    (tests/federated/conftest.py)."""
     slow = [item for item in items if item.get_closest_marker("slow")]
-    flower = [item for item in slow if item.get_closest_marker("flower")]
     spread = [item for item in slow if not item.get_closest_marker("flower")]
-    for index, item in enumerate(flower):
-        spread.insert(round(index * len(slow) / len(flower)), item)
+    units: dict[str, list[pytest.Item]] = {}
+    for item in slow:
+        if item.get_closest_marker("flower"):
+            group = item.get_closest_marker("xdist_group")
+            units.setdefault(group.args[0] if group else item.nodeid, []).append(item)
+    for index, unit in enumerate(units.values()):
+        position = round(index * len(spread) / len(units)) + sum(map(len, list(units.values())[:index]))
+        spread[position:position] = unit
     items[:] = spread + [item for item in items if not item.get_closest_marker("slow")]
 
 
