@@ -20,7 +20,6 @@ import copy
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -111,8 +110,8 @@ def main() -> None:
     for decay, average in generator.items():
         # the release's own draw (fresh latent vectors from its seed, classes balanced by the teacher's argmax),
         # from the averaged generator in place of its last weights
-        averaged = SimpleNamespace(generator=average.averaged(engine.generator), latents=engine.latents)
-        images, labels, _ = synthetic_set(averaged, engine.config, dataset.num_classes, (teacher, "the teacher"))
+        images, labels, _ = synthetic_set(average.averaged(engine.generator), engine.latents, engine.config,
+                                          dataset.num_classes, (teacher, "the teacher"))
         entry, score = measure_synthetic(images, labels, "the teacher", dataset.num_classes, TranscriptionConfig(),
                                          dataset)
         print(json.dumps({"generator decay": decay, "datalens classifier": round(100 * score, 2),

@@ -280,8 +280,8 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
     synthetic = None
     if config.synthetic_size and trained_generator:
         started = time.perf_counter()
-        synthetic = synthetic_set(result, config, num_classes, labeller or (result.student, "the student"),
-                                  progress, state_dir)
+        synthetic = synthetic_set(result.generator, result.latents, config, num_classes,
+                                  labeller or (result.student, "the student"), progress, state_dir)
         report["synthetic"], classifier_accuracy = measure_synthetic(*synthetic, num_classes, config, dataset,
                                                                      progress, state_dir)
         report["accuracy"]["synthetic"] = classifier_accuracy
@@ -308,12 +308,12 @@ def transcription_release(result: TranscriptionResult, config: TranscriptionConf
     return report, models, write_files
 
 
-def synthetic_set(result: TranscriptionResult, config: TranscriptionConfig, num_classes: int,
+def synthetic_set(generator: nn.Module, latents: Tensor, config: TranscriptionConfig, num_classes: int,
                   labeller: tuple[nn.Module, str], progress: Progress | None = None, state_dir: Path | None = None
                   ) -> tuple[Tensor, Tensor, str]:
-    """`config.synthetic_size` images from the final generator, classes balanced by the labeller's argmax: its
-    images, labels and who labelled them. Fresh latent vectors for a generator trained on fresh ones; for learnt
-    latent vectors (DPSD's), draws from the Gaussian fitted to them. Kept in `state_dir` once drawn (minutes for
+    """`config.synthetic_size` images from `generator`, classes balanced by the labeller's argmax: its images,
+    labels and who labelled them. Fresh latent vectors for a generator trained on fresh ones; for learnt latent
+    vectors (DPSD's `latents`), draws from the Gaussian fitted to them. Kept in `state_dir` once drawn (minutes for
     60,000 images), where a resumed run finds it."""
     model, labelled_by = labeller
     kept = None if state_dir is None else state_dir / SYNTHETIC_STATE
@@ -324,9 +324,9 @@ def synthetic_set(result: TranscriptionResult, config: TranscriptionConfig, num_
     if config.latents == "fresh":
         mean, std = torch.zeros(config.latent_dim), torch.ones(config.latent_dim)
     else:
-        mean, std = result.latents.mean(0).cpu(), result.latents.std(0).cpu()
+        mean, std = latents.mean(0).cpu(), latents.std(0).cpu()
     draws = torch.Generator().manual_seed(config.seed)
-    generator = result.generator.eval()
+    generator = generator.eval()
 
     def generate(count: int) -> Tensor:
         latents = mean + std * torch.randn(count, config.latent_dim, generator=draws)
