@@ -15,22 +15,23 @@ from helpers import TeacherReads, built_once, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The runs that train (marked slow) first, in their order: with two workers (handed tests a few at a time, see
+    """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
     pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last. The runs on
-    Flower (marked flower) are spread evenly among the other slow ones, so that two of them never run side by side:
-    each starts processes that keep a core busy (Flower's, Ray's), and two side by side took twice as long each.
-    The simulations (xdist group "ray") stay together, one worker's in turn, so that Ray starts once for them all
-    (tests/federated/conftest.py)."""
+    Flower (marked flower) are spread evenly among the other slow ones, so that a simulation and a deployment never
+    run side by side: each starts processes that keep a core busy (Flower's, Ray's). The simulations (marked
+    simulation) stay together as one unit of the spread, so that each worker takes several in a row and keeps Ray
+    between them (tests/federated/conftest.py) instead of starting it for each."""
     slow = [item for item in items if item.get_closest_marker("slow")]
     spread = [item for item in slow if not item.get_closest_marker("flower")]
     units: dict[str, list[pytest.Item]] = {}
     for item in slow:
         if item.get_closest_marker("flower"):
-            group = item.get_closest_marker("xdist_group")
-            units.setdefault(group.args[0] if group else item.nodeid, []).append(item)
+            units.setdefault("simulation" if item.get_closest_marker("simulation") else item.nodeid, []).append(item)
+    others, inserted = len(spread), 0
     for index, unit in enumerate(units.values()):
-        position = round(index * len(spread) / len(units)) + sum(map(len, list(units.values())[:index]))
+        position = round(index * others / len(units)) + inserted
         spread[position:position] = unit
+        inserted += len(unit)
     items[:] = spread + [item for item in items if not item.get_closest_marker("slow")]
 
 

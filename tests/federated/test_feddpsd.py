@@ -137,7 +137,6 @@ SETTINGS = dict(dataset="digits", clients=3, method="dpsd", teacher_epochs=2, it
 @pytest.mark.slow
 @pytest.mark.flower
 @pytest.mark.simulation
-@pytest.mark.xdist_group("ray")
 def test_feddpsd_runs_on_the_simulation_stops_cleanly_when_an_owner_fails_and_resumes(tmp_path: Path):
     """Two simulations (each starts Ray, most of its time): the first stops at its first round, the resumed one
     runs every round, as a run that never stopped does."""

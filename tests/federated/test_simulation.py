@@ -28,7 +28,7 @@ from dpdistill.pipeline import federated
 from dpdistill.privacy.ledger import Budget, ReleaseLedger
 from helpers import built_once
 
-pytestmark = [pytest.mark.slow, pytest.mark.flower, pytest.mark.simulation, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.slow, pytest.mark.flower, pytest.mark.simulation]
 SETTINGS = dict(dataset="digits", clients=5, dirichlet_alpha=0.5, members_per_owner=4, teacher_epochs=3,
                 teacher_min_steps=40, queries=160, round_queries=80, epochs=10, min_steps=400, public_size=200)
 
