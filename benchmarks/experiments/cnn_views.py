@@ -37,6 +37,7 @@ from scatter_views import VIEWS
 
 
 def chosen_views(spec: str) -> list[Callable[[Tensor], Tensor]]:
+    """The views `--views` names, the image itself first."""
     if spec.startswith(("random:", "shift:")):
         kind, count = spec.split(":")
         return [VIEWS["id"]] + [lambda images: shift_and_flip(images, 2, kind == "random")] * (int(count) - 1)
@@ -44,6 +45,7 @@ def chosen_views(spec: str) -> list[Callable[[Tensor], Tensor]]:
 
 
 def one_run(config: PrivateTrainingConfig, views: list[Callable[[Tensor], Tensor]], work_dir: Path) -> float:
+    """One run of the trainer with each example's gradient averaged over `views`; its test accuracy."""
     dataset = load_dataset(config.dataset)
     config = with_public_size(config, dataset)
     plan = plan_private_training(config, public_train_size(config, dataset))
@@ -61,7 +63,7 @@ def one_run(config: PrivateTrainingConfig, views: list[Callable[[Tensor], Tensor
                 weight.grad_sample = None
         for weight, total in zip(weights, sums):
             weight.grad_sample = total / len(views)
-        return losses.detach()
+        return losses.detach()  # the last view's: the run's logged loss only
 
     trainer._per_example_gradients = per_example_gradients
     trainer.run()
