@@ -329,8 +329,8 @@ def synthetic_set(generator: nn.Module, latents: Tensor, config: TranscriptionCo
     generator = generator.eval()
 
     def generate(count: int) -> Tensor:
-        latents = mean + std * torch.randn(count, config.latent_dim, generator=draws)
-        return generator(latents.to(device))
+        drawn = mean + std * torch.randn(count, config.latent_dim, generator=draws)
+        return generator(drawn.to(device))
 
     images, labels = balanced_draw(generate, lambda batch: predict(model, batch, device=device),
                                    config.synthetic_size, num_classes, progress=progress)
