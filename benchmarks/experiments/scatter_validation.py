@@ -14,9 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from dpdistill.data import load_dataset
+from dpdistill.data.sources import write_validation_split
 from dpdistill.pipeline import train_private
 from dpdistill.training.private import PrivateTrainingConfig
 
@@ -32,13 +31,10 @@ SETTINGS = (
 
 
 def validation_split(folder: Path) -> Path:
-    """Fashion-MNIST's training split as train (first 50,000) and validation (last 10,000), as an .npz."""
-    fmnist = load_dataset("fmnist")
-    images = np.round((fmnist.x_train.numpy()[:, 0] + 1) * 127.5).astype(np.uint8)  # back to the file's bytes
-    labels = fmnist.y_train.numpy()
+    """Fashion-MNIST's training split as train (first 50,000) and validation (last 10,000), as an .npz: what
+    `dpdistill data split --dataset fmnist --validation 10000` writes."""
     path = folder / "fmnist-validation.npz"
-    np.savez(path, x_train=images[:-VALIDATION], y_train=labels[:-VALIDATION], x_test=images[-VALIDATION:],
-             y_test=labels[-VALIDATION:])
+    write_validation_split(load_dataset("fmnist"), VALIDATION, path)
     return path
 
 

@@ -87,6 +87,34 @@ def data_import(
                   highlight=False)
 
 
+@data_app.command("split")
+@clear_errors
+def data_split(
+    dataset: str = typer.Option(..., help=dataset_help("the data set whose training split is divided")),
+    validation: int = typer.Option(..., help="how many training images to hold out as the validation split"),
+    out: Path = typer.Option(..., help="the .npz to write (any command then reads it as --dataset OUT)"),
+    seed: Optional[int] = typer.Option(None, help="hold out a random draw made with this seed [default: the last "
+                                                  "VALIDATION images, in the data's own order]"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT if it exists"),
+) -> None:
+    """Hold out training images as a validation split, in one .npz.
+
+    The .npz's test split is the held-out images: settings chosen on it never read the real test split. Its
+    scores are still private data (report them only under a guarantee), and runs on it meet the whole data's in
+    the ledger of the individuals."""
+    from dpdistill.data import load_dataset
+    from dpdistill.data.sources import write_validation_split
+
+    if out.suffix != ".npz":
+        raise ConfigError(f"--out {out} must end in .npz")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
+    written = write_validation_split(load_dataset(dataset), validation, out, seed)
+    declared = "" if written["declared_size"] is None else f", declared training-set size {written['declared_size']}"
+    summary.print(f"{out}: {written['train']} train and {written['validation']} validation images (its test split) "
+                  f"from {dataset}'s training split{declared}; {dataset}'s test split is not in it", highlight=False)
+
+
 class Have(str, Enum):
     model = "model"
     data = "data"

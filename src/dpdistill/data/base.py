@@ -151,7 +151,7 @@ def content_ids(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.int64)
 
 
-def _images_to_tensor(name: str, field: str, images: Any) -> torch.Tensor:
+def images_to_tensor(name: str, field: str, images: Any) -> torch.Tensor:
     """uint8 0..255 or floats in [0, 1], as (N,H,W), (N,H,W,C) or (N,C,H,W) -> float32 NCHW in [-1, 1]."""
     images = np.asarray(images)
     if images.dtype.kind not in "iuf":
@@ -210,7 +210,7 @@ def from_arrays(name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any,
     (the public labels: it is published with every model); ids_train (each training example's stable id, see
     ImageDataset) to digests of each example's content.
     """
-    images = {split: _images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
+    images = {split: images_to_tensor(name, f"x_{split}", x) for split, x in zip(SPLITS, (x_train, x_test))}
     labels = {split: _labels_to_tensor(name, f"y_{split}", y) for split, y in zip(SPLITS, (y_train, y_test))}
     for split in SPLITS:
         if len(images[split]) != len(labels[split]):

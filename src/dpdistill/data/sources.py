@@ -16,8 +16,9 @@ from itertools import product
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from dpdistill.data.base import ImageDataset, from_arrays, label_names
+from dpdistill.data.base import ImageDataset, class_label, from_arrays, images_to_tensor, label_names
 from dpdistill.data.folders import read_image_folder
 from dpdistill.data.idx import read_idx
 from dpdistill.paths import data_home, fmnist_dir
@@ -127,13 +128,58 @@ def import_image_folder(folder: Path, out: Path, size: tuple[int, int] | None, c
     arrays, classes = read_image_folder(folder, size, channels)
     declared = {} if declared_size is None else {NPZ_DECLARED_SIZE: declared_size}
     from_arrays(out.stem, **arrays, **declared, source=str(folder), class_names=classes)  # checked before writing
+    _write_npz(out, {**arrays, **declared, NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
+    return {"train": len(arrays["y_train"]), "test": len(arrays["y_test"]), "classes": classes,
+            "shape": list(arrays["x_train"].shape[1:])}
+
+
+def write_validation_split(dataset: ImageDataset, size: int, out: Path, seed: int | None = None) -> dict:
+    """`dpdistill data split`: `size` training examples held out as the test split of a new .npz, the rest its
+    training split; the data set's own test split is left out, so settings chosen on the .npz never read it.
+
+    The held-out examples are the last `size` in the data's order, or a random draw with `seed`. Each kept image
+    loads back bit for bit (uint8 where that is exact, else floats in [0, 1]), so its content id, and with it the
+    ledger of the individuals, is the original's: runs on the .npz and on the whole data compose. Its ids, class
+    names and number of classes are kept; a declared size becomes the declared size less `size` (both public)."""
+    examples = len(dataset.y_train)
+    if not 1 <= size < examples:
+        raise DatasetError(f"--validation must hold out between 1 and {examples - 1} of the {examples} training "
+                           f"images of {dataset.name} (the rest train), got {size}")
+    order = (torch.arange(examples) if seed is None
+             else torch.randperm(examples, generator=torch.Generator().manual_seed(seed)))
+    kept, held_out = order[:-size], order[-size:]
+    lost = sorted(set(dataset.y_train.tolist()) - set(dataset.y_train[kept].tolist()))
+    if lost:
+        classes = ", ".join(class_label(label, dataset.class_names) for label in lost[:10])
+        advice = "" if seed is not None else ": the data may be sorted by class; draw them at random with --seed S"
+        raise DatasetError(f"holding out {size} images would leave class(es) {classes} of {dataset.name} without a "
+                           f"training image{advice}")
+    arrays = {"x_train": _exact_images(dataset.name, dataset.x_train[kept]), "y_train": dataset.y_train[kept].numpy(),
+              "x_test": _exact_images(dataset.name, dataset.x_train[held_out]),
+              "y_test": dataset.y_train[held_out].numpy(), NPZ_IDS: dataset.ids_train[kept].numpy(),
+              NPZ_CLASSES: dataset.num_classes}
+    if dataset.declared_size is not None:
+        arrays[NPZ_DECLARED_SIZE] = dataset.declared_size - size
+    from_arrays(out.stem, **arrays, source=dataset.name, class_names=dataset.class_names)  # checked before writing
+    _write_npz(out, {**arrays, NPZ_CLASS_NAMES: np.array(dataset.class_names)})
+    return {"train": len(kept), "validation": size, "declared_size": arrays.get(NPZ_DECLARED_SIZE)}
+
+
+def _exact_images(name: str, images: torch.Tensor) -> np.ndarray:
+    """Images in [-1, 1] as an .npz stores them, in the form that loads back to exactly these values."""
+    for stored in (np.round((images.numpy() + 1) * 127.5).astype(np.uint8), ((images.numpy() + 1) / 2)):
+        if torch.equal(images_to_tensor(name, "x", stored), images):
+            return stored
+    raise DatasetError(f"{name}: its images cannot be stored so that they load back exactly")
+
+
+def _write_npz(out: Path, arrays: dict) -> None:
+    """Write `out` whole or not at all: a run interrupted while writing leaves no half file to be read later."""
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     with open(partial, "wb") as handle:
-        np.savez(handle, **arrays, **declared, **{NPZ_CLASSES: len(classes), NPZ_CLASS_NAMES: np.array(classes)})
+        np.savez(handle, **arrays)
     os.replace(partial, out)
-    return {"train": len(arrays["y_train"]), "test": len(arrays["y_test"]), "classes": classes,
-            "shape": list(arrays["x_train"].shape[1:])}
 
 
 def fmnist_status() -> DatasetStatus:
