@@ -20,10 +20,9 @@ data:
 demo: setup
 	$(BIN)/dpdistill demo --out runs/demo
 
-# three workers of one torch thread on two cores: while one waits on other processes (Flower's, the ranks of a
-# distributed run) the other two keep both cores busy (399-413 s against 463-512 s with two workers, peak 5.7 GB)
+# two workers, one torch thread each: runs that wait on processes (Flower) leave the other core busy
 test: setup
-	$(BIN)/python -m pytest -q -n 3
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

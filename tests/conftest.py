@@ -15,7 +15,7 @@ from helpers import TeacherReads, built_once, counting_teacher_reads
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The runs that train (marked slow) first, in their order: with several workers (handed tests one at a time, see
+    """The runs that train (marked slow) first, in their order: with two workers (handed tests one at a time, see
     pyproject.toml) the short tests then fill the gaps at the end instead of one long run starting last. The runs on
     Flower (marked flower) are spread evenly among the other slow ones, so that a simulation and a deployment never
     run side by side: each starts processes that keep a core busy (Flower's, Ray's). The simulations (marked
@@ -37,9 +37,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
-    """Two threads on the machine's two cores; one each where pytest-xdist runs workers side by side (`make test`:
-    three), in the worker and in the processes it starts (the CLI, the benchmark harness, Flower's): workers of two
-    threads each would contend for the two cores, and torch's threads spin while they wait (runs take several times as long)."""
+    """Two threads on the machine's two cores; one each where pytest-xdist runs two workers side by side, in the
+    worker and in the processes it starts (the CLI, the benchmark harness, Flower's): two workers of two threads each
+    would contend for the two cores, and torch's threads spin while they wait (runs take several times as long)."""
     threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
