@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from click.testing import Result
 from typer.testing import CliRunner
 
 from dpdistill.cli.main import app
@@ -14,7 +15,7 @@ from dpdistill.data import load_dataset
 from helpers import write_image_folder
 
 
-def split(*args: str) -> "click.testing.Result":
+def split(*args: str) -> Result:
     return CliRunner().invoke(app, ["data", "split", *args])
 
 
@@ -50,8 +51,8 @@ def test_bytes_stay_bytes_and_no_size_is_declared_where_the_source_declares_none
     out = tmp_path / "pets-val.npz"
     sorted_out = split("--dataset", str(root), "--validation", "6", "--out", str(out))
     assert sorted_out.exit_code == 2 and sorted_out.stderr == (
-        "error: holding out 6 images would leave class(es) 2 (emu) of pets without a training image: the data may be sorted "
-        "by class; draw them at random with --seed S\n") and not out.exists()
+        "error: holding out 6 images would leave class(es) 2 (emu) of pets without a training image: the data may be "
+        "sorted by class; draw them at random with --seed S\n") and not out.exists()
     assert split("--dataset", str(root), "--validation", "6", "--seed", "0", "--out", str(out)).exit_code == 0
     pets, held = load_dataset(str(root)), load_dataset(str(out))
     assert len(held.y_train) == 12 and set(held.y_train.tolist()) == {0, 1, 2} and held.declared_size is None

@@ -53,6 +53,14 @@ def data_list() -> None:
     Console().print(table)
 
 
+def _check_npz_out(out: Path, overwrite: bool) -> None:
+    """A `data` command's --out: an .npz, replaced only when asked, refused before any image is read."""
+    if out.suffix != ".npz":
+        raise ConfigError(f"--out {out} must end in .npz")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
+
+
 @data_app.command("import")
 @clear_errors
 def data_import(
@@ -75,10 +83,7 @@ def data_import(
     if not folder.is_dir() or not is_image_folder(folder):
         raise ConfigError(f"{folder} is not a folder of images by class: it needs {folder}/train/CLASS/ and "
                           f"{folder}/test/CLASS/ folders of images")
-    if out.suffix != ".npz":
-        raise ConfigError(f"--out {out} must end in .npz")
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
+    _check_npz_out(out, overwrite)
     written = import_image_folder(folder, out, None if size is None else parse_size(size), channels, dataset_size)
     names = ", ".join(written["classes"][:10]) + (", ..." if len(written["classes"]) > 10 else "")
     declared = "" if dataset_size is None else f", declared training-set size {dataset_size}"
@@ -105,10 +110,7 @@ def data_split(
     from dpdistill.data import load_dataset
     from dpdistill.data.sources import write_validation_split
 
-    if out.suffix != ".npz":
-        raise ConfigError(f"--out {out} must end in .npz")
-    if out.exists() and not overwrite:
-        raise ConfigError(f"--out {out} exists: pass --overwrite to replace it, or choose another --out")
+    _check_npz_out(out, overwrite)
     written = write_validation_split(load_dataset(dataset), validation, out, seed)
     declared = "" if written["declared_size"] is None else f", declared training-set size {written['declared_size']}"
     summary.print(f"{out}: {written['train']} train and {written['validation']} validation images (its test split) "
