@@ -4,10 +4,11 @@ teacher's directory is copied, its normalisation layers' input statistics are re
 matching them.
 
     python benchmarks/experiments/released_statistics.py TEACHER_DIR OUT [--dataset fmnist] [--multiplier Z | --exact]
-        [--resolution R] [--norms] [-- TRANSCRIBE_OPTIONS...]
+        [--resolution R] [--clip C] [--norms] [-- TRANSCRIBE_OPTIONS...]
 
 `--resolution R` adds the class part (each class's images at R x R cells; 0, the default: the layers' part alone).
-`--norms` prints the quantiles of the per-example norms of the layers' moments and of the class part's cell moments
+`--clip C` bounds each example's layer moments at C instead of `release`'s CLIP (the noise grows with it, the
+epsilon stays). `--norms` prints the quantiles of the per-example norms of the layers' moments and of the class part's cell moments
 at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set) and stops.
 The statistics' figures are stated in the copy and its ledger, composed with the teacher's by the transcription's
 report (the control's, without noise, reports no guarantee); `dpdistill release` makes both releases itself.
@@ -30,7 +31,7 @@ from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.losses.generator import image_cells
-from dpdistill.training.feature_statistics import (STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
+from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
                                                    per_example_moments, release_statistics, save_statistics)
 
 
@@ -43,6 +44,7 @@ def main() -> None:
     noise.add_argument("--multiplier", type=float, default=40.0, help="the release's noise multiplier")
     noise.add_argument("--exact", action="store_true", help="no noise: the noise-free control (NO guarantee)")
     parser.add_argument("--resolution", type=int, default=0, help="the class part's cells a side (0: none)")
+    parser.add_argument("--clip", type=float, default=CLIP, help="the layers' moments' per-example L2 bound")
     parser.add_argument("--norms", action="store_true")
     options, transcribe = parser.parse_known_args()
     teacher, _meta = read_teacher(options.teacher)
@@ -58,7 +60,7 @@ def main() -> None:
         return
     copy = options.out / "teacher"
     shutil.copytree(options.teacher, copy, dirs_exist_ok=True)
-    plan = StatisticsPlan(0.0 if options.exact else options.multiplier, 1e-5, resolution=options.resolution)
+    plan = StatisticsPlan(0.0 if options.exact else options.multiplier, 1e-5, options.clip, options.resolution)
     statistics = release_statistics(teacher, data.x_train, data.y_train, len(data.y_train), plan, data.num_classes,
                                     noise_source(False, 0))
     if plan.multiplier:  # recorded in the copy's ledger, as a release records them

@@ -7,8 +7,8 @@ import pytest
 
 from dpdistill.errors import ConfigError
 
-from dpdistill.methods.release import (TEACHER_PHASE, TRANSCRIPTION_PHASE, TeacherGuided, build_release_config,
-                                      run_release)
+from dpdistill.methods.release import (TEACHER_PHASE, TRANSCRIPTION_PHASE, ReleaseConfig, ReleaseJob, TeacherGuided,
+                                      build_release_config, run_release)
 from dpdistill.methods.synthetic import CLASSIFIER_PHASE, SYNTHETIC_PHASE
 from dpdistill.methods.transcription import FIDELITY_PHASE
 from dpdistill.reporting.transcription import WITH_TEACHER
@@ -130,6 +130,11 @@ def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
         build_release_config("digits", 2.0, statistics_share=0.5)
     with pytest.raises(ConfigError, match="statistics-resolution"):
         build_release_config("digits", 2.0, statistics_resolution=-1)
+    with pytest.raises(ConfigError, match="statistics-clip must be positive"):
+        build_release_config("digits", 2.0, statistics_clip=0.0)
+    larger = build_release_config("digits", 2.0, statistics_clip=40.0)  # kept with the run, for --resume
+    assert ReleaseConfig.from_dict(larger.to_dict()).statistics_clip == 40.0 and config.statistics_clip == 20.0
+    assert ReleaseJob(larger, tmp_path, None).statistics.clip == 40.0  # the release's plan bounds them there
 
 
 def test_the_teacher_guided_synthesiser_configures_the_release_under_replace_one():

@@ -103,6 +103,16 @@ def test_the_plan_spends_its_share_under_either_relation_and_doubles_the_noise_f
                                                                        1e-6)
 
 
+def test_a_larger_bound_keeps_the_epsilon_and_grows_the_noise_with_it():
+    """A teacher whose moments outgrow the default bound (a longer-trained one) gets them unshrunk for more noise:
+    the release's epsilon is fixed, its noise std on the sum is the multiplier times the bound."""
+    default, larger = plan_statistics(1.0, 1e-6, ADD_REMOVE, 14), plan_statistics(1.0, 1e-6, ADD_REMOVE, 14, clip=40.0)
+    assert (default.clip, larger.clip) == (20.0, 40.0) and larger.multiplier == default.multiplier
+    assert larger.sensitivity == pytest.approx(2 * default.sensitivity)
+    assert larger.epsilon(ADD_REMOVE) == default.epsilon(ADD_REMOVE) and larger.figures()["clip"] == 40.0
+    assert StatisticsPlan.of_figures(larger.figures()) == larger  # what a transcription checks the ledger against
+
+
 def test_the_file_keeps_the_statistics_and_their_release_and_is_refused_for_another_model(tmp_path: Path):
     model, images = small_model(), torch.randn(40, 1, 6, 6)
     released = release(model, images, 1.0, resolution=3, seed=None)

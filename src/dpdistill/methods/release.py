@@ -43,7 +43,7 @@ from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.selection import FASHION_MNIST, MNIST_SET, Selection, selection_notes, with_selection
-from dpdistill.training.feature_statistics import (RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
+from dpdistill.training.feature_statistics import (CLIP, RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
                                                    release_statistics, save_statistics, statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
@@ -76,6 +76,7 @@ class ReleaseConfig:
     statistics_epsilon: float = 0.0  # the released statistics' budget, beside the teacher's (0: none released)
     statistics_delta: float = 0.0
     statistics_resolution: int = 0  # their class part's cells a side (0: none; training/feature_statistics.py)
+    statistics_clip: float = CLIP  # the per-example bound of the teacher's layer moments in them
 
     def __post_init__(self) -> None:
         if (self.statistics_epsilon > 0) != (self.transcription.statistics_weight > 0):
@@ -99,13 +100,15 @@ class ReleaseConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"method": PrivateRelease.name, "teacher": self.teacher.to_dict(),
                 "transcription": self.transcription.to_dict(), "statistics_epsilon": self.statistics_epsilon,
-                "statistics_delta": self.statistics_delta, "statistics_resolution": self.statistics_resolution}
+                "statistics_delta": self.statistics_delta, "statistics_resolution": self.statistics_resolution,
+                "statistics_clip": self.statistics_clip}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ReleaseConfig":
         return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
                    TranscriptionConfig.from_dict(values["transcription"]), values.get("statistics_epsilon", 0.0),
-                   values.get("statistics_delta", 0.0), values.get("statistics_resolution", 0))
+                   values.get("statistics_delta", 0.0), values.get("statistics_resolution", 0),
+                   values.get("statistics_clip", CLIP))
 
 
 class PrivateRelease(Method):
@@ -150,7 +153,7 @@ class ReleaseJob(Job):
         resolution = min(config.statistics_resolution, *self.dataset.input_shape[1:])
         self.statistics = (None if config.statistics_epsilon == 0 else
                            plan_statistics(config.statistics_epsilon, config.statistics_delta, config.teacher.relation,
-                                           resolution))
+                                           resolution, config.statistics_clip))
         config.transcription.validate(self.dataset.num_classes)
         # a bad name, or statistics the teacher cannot give, fail now, not after the teacher's training
         teacher = build_classifier(config.teacher.student_arch, self.dataset.input_shape, self.dataset.num_classes)
@@ -224,7 +227,7 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                          device: str = "cpu", teacher_options: dict[str, Any] | None = None,
                          transcription_options: dict[str, Any] | None = None,
                          statistics_share: float = STATISTICS_SHARE,
-                         statistics_resolution: int = RESOLUTION) -> ReleaseConfig:
+                         statistics_resolution: int = RESOLUTION, statistics_clip: float = CLIP) -> ReleaseConfig:
     """A release's configurations from the command's options: the teacher's are `train-private`'s (its defaults for
     `teacher_arch`, the cnn's schedule for the default cnn, then `teacher_options`) at all but `statistics_share` of
     (epsilon, delta), the transcription's the engine's (the `dp-teacher` preset with the release's longer loop
@@ -235,6 +238,8 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
     if statistics_resolution < 0:
         raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got "
                           f"{statistics_resolution}")
+    if not statistics_clip > 0:
+        raise ConfigError(f"--statistics-clip must be positive, got {statistics_clip}")
     unread = sorted(NOISY_ANSWER_SETTINGS & set(transcription_options or {}))
     if unread:
         raise ConfigError(f"{', '.join(name.replace('_', '-') for name in unread)}: a setting of a teacher's noisy "
@@ -252,7 +257,7 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                                           **(transcription_options or {})},
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
     return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share,
-                         statistics_resolution if statistics_share else 0)
+                         statistics_resolution if statistics_share else 0, statistics_clip)
 
 
 class TeacherGuided(SynthesisMethod, PrivateRelease):
@@ -319,7 +324,8 @@ def _configure(values: dict[str, Any]) -> ReleaseConfig | None:
     return build_release_config(values["dataset"], values["epsilon"], values["delta"], values["relation"],
                                 values["teacher_arch"], values["student_arch"], values["synthetic_size"],
                                 values["preset"], values["seed"], values["device"], teacher, transcription,
-                                values["statistics_share"], values["statistics_resolution"])
+                                values["statistics_share"], values["statistics_resolution"],
+                                values["statistics_clip"])
 
 
 COMMAND = CommandSpec(
@@ -352,6 +358,9 @@ COMMAND = CommandSpec(
                                                               "released with them, the generator's picture of each "
                                                               "class's form, at most the image's side (0: none)",
                     min=0, field=False),
+             Option("statistics_clip", float, CLIP, "the per-example L2 bound of the teacher's layer moments in those "
+                                                    "statistics: above their norms, or the statistics shrink; the "
+                                                    "noise grows with it (docs/methods/release.md)", field=False),
              Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
                                                       "data set's declared size, else a noisy count of it at 1% of "
                                                       "--epsilon]", min=1, field=False),

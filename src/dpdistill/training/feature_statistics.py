@@ -7,9 +7,10 @@ texture but not its form, which the per-class pixel statistics (what each class 
 
 1. Per example, two parts, each of L2 norm at most `clip`:
    - for each GroupNorm or BatchNorm layer of the model, the spatial mean of each channel of its input and of that
-     input squared, concatenated over the layers and clipped to `clip` (CLIP, chosen on the MNIST set: above the
-     99th percentile of the norms its DP teacher gives, so clipping leaves nearly every example as it is;
-     benchmarks/experiments/released_statistics.py);
+     input squared, concatenated over the layers and clipped to `clip` (CLIP by default, chosen on the MNIST set:
+     above the 99th percentile of the norms its DP teacher gives, so clipping leaves nearly every example as it is;
+     benchmarks/experiments/released_statistics.py; a teacher trained longer has larger moments and needs a larger
+     `clip`, or its statistics shrink: benchmarks/experiments/teacher_layer_moments.py);
    - with a `resolution` R, in the slot of the example's class (zeros in the others): the image, mapped to [0, 1]
      and averaged over R x R cells, with its square (clipped to `image_clip`), and a count entry `image_clip`, all
      scaled by `clip / (sqrt(2) image_clip)`.
@@ -121,10 +122,12 @@ class StatisticsPlan:
                 "accountant": "dp-accounting (one Gaussian mechanism)"}
 
 
-def plan_statistics(epsilon: float, delta: float, relation: str, resolution: int = 0) -> StatisticsPlan:
-    """The least noise whose release stays within (epsilon, delta) under `relation`."""
+def plan_statistics(epsilon: float, delta: float, relation: str, resolution: int = 0, clip: float = CLIP
+                    ) -> StatisticsPlan:
+    """The least noise whose release stays within (epsilon, delta) under `relation`, the layers' moments bounded
+    at `clip` (the noise grows with it, the epsilon does not)."""
     query = calibrate(GaussianQuery, 1, epsilon, delta)
-    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta, resolution=resolution)
+    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta, clip, resolution)
 
 
 def _sensitivity(relation: str) -> int:
@@ -203,17 +206,24 @@ def release_statistics(model: nn.Module, images: Tensor, labels: Tensor, public_
         if progress:
             progress({"phase": PHASE, "done": min(start + BATCH, len(images)), "total": len(images)})
     noisy = (total + noise.normal(total.shape, plan.multiplier * plan.sensitivity, device)).cpu()
-    layers, at = {}, 0
-    for name, layer in normalisation_layers(model).items():
-        channels = _channels(layer)
-        layers[name] = _mean_and_variance(noisy[at:at + 2 * channels] / public_size)
-        at += 2 * channels
+    layers = layer_statistics(model, noisy / public_size)
     if not plan.resolution:
         return Statistics(layers)
-    slots = noisy[at:].view(num_classes, -1) / plan.class_scale
+    slots = noisy[2 * sum(len(mean) for mean, _var in layers.values()):].view(num_classes, -1) / plan.class_scale
     counts = (slots[:, -1:] / plan.image_clip).clamp(min=1.0)
     means, variances = zip(*(_mean_and_variance(row) for row in slots[:, :-1] / counts))
     return Statistics(layers, (torch.stack(means), torch.stack(variances)))
+
+
+def layer_statistics(model: nn.Module, mean_moments: Tensor) -> LayerStatistics:
+    """Each normalisation layer's channel means and variances from the mean of the per-example moments (in
+    `per_example_moments`' order; anything after the layers' part is left)."""
+    layers, at = {}, 0
+    for name, layer in normalisation_layers(model).items():
+        channels = _channels(layer)
+        layers[name] = _mean_and_variance(mean_moments[at:at + 2 * channels])
+        at += 2 * channels
+    return layers
 
 
 def _mean_and_variance(moments: Tensor) -> tuple[Tensor, Tensor]:
