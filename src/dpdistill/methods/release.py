@@ -43,8 +43,9 @@ from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.selection import FASHION_MNIST, MNIST_SET, Selection, selection_notes, with_selection
-from dpdistill.training.feature_statistics import (CLIP, RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD, plan_statistics,
-                                                   release_statistics, save_statistics, statistic_layers)
+from dpdistill.training.feature_statistics import (CLIP, RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD,
+                                                   plan_statistics, release_statistics, save_statistics,
+                                                   statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
