@@ -8,8 +8,8 @@ matching them.
 
 `--resolution R` adds the class part (each class's images at R x R cells; 0, the default: the layers' part alone).
 `--clip C` bounds each example's layer moments at C instead of `release`'s CLIP (the noise grows with it, the
-epsilon stays). `--norms` prints the quantiles of the per-example norms of the layers' moments and of the class part's cell moments
-at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set) and stops.
+epsilon stays). `--norms` prints the quantiles of the per-example norms of the layers' moments and of the class
+part's cell moments at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set) and stops.
 The statistics' figures are stated in the copy and its ledger, composed with the teacher's by the transcription's
 report (the control's, without noise, reports no guarantee); `dpdistill release` makes both releases itself.
 """

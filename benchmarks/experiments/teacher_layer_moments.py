@@ -20,8 +20,8 @@ from torch import Tensor
 
 from dpdistill.data import load_dataset
 from dpdistill.methods.teachers import read_teacher
-from dpdistill.training.feature_statistics import (BATCH, CLIP, STATISTICS_FILE, layer_statistics, load_statistics,
-                                                   per_example_moments)
+from dpdistill.training.feature_statistics import (BATCH, CLIP, STATISTICS_FILE, clipped_rows, layer_statistics,
+                                                   load_statistics, per_example_moments)
 
 
 UNCLIPPED = 1e30  # a bound no moment reaches (an infinite one would divide infinity by itself)
@@ -49,7 +49,7 @@ def main(teachers: list[Path]) -> None:
         model.eval()
         rows = moments(model, images)
         norms = rows.norm(dim=1)
-        clipped = rows * (CLIP / norms.clamp(min=CLIP)).unsqueeze(1)
+        clipped = clipped_rows(rows, CLIP)
         exact, bent = layer_statistics(model, rows.mean(0)), layer_statistics(model, clipped.mean(0))
         released = (load_statistics(directory / STATISTICS_FILE)[0].layers
                     if (directory / STATISTICS_FILE).exists() else None)

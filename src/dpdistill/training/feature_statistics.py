@@ -170,10 +170,10 @@ def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor
             handle.remove()
     moments = torch.cat([torch.cat([captured[name].mean((2, 3)), captured[name].pow(2).mean((2, 3))], 1)
                          for name in layers], 1)
-    return _clipped(moments, clip)
+    return clipped_rows(moments, clip)
 
 
-def _clipped(rows: Tensor, clip: float) -> Tensor:
+def clipped_rows(rows: Tensor, clip: float) -> Tensor:
     """Each row scaled down to L2 norm `clip` where it is longer."""
     return rows * (clip / rows.norm(dim=1, keepdim=True).clamp(min=clip))
 
@@ -182,7 +182,7 @@ def class_part(images: Tensor, labels: Tensor, plan: StatisticsPlan, num_classes
     """(n, classes x (2 C R R + 1)): each example's cell moments clipped to `image_clip` with the count entry
     `image_clip`, in its class's slot, scaled by `class_scale` (module docstring, step 1)."""
     cells = image_cells(images, plan.resolution)
-    moments = _clipped(torch.cat([cells, cells.pow(2)], 1), plan.image_clip)
+    moments = clipped_rows(torch.cat([cells, cells.pow(2)], 1), plan.image_clip)
     slot = torch.cat([moments, moments.new_full((len(moments), 1), plan.image_clip)], 1) * plan.class_scale
     part = slot.new_zeros(len(slot), num_classes, slot.shape[1])
     part[torch.arange(len(slot)), labels] = slot
