@@ -9,7 +9,8 @@ matching them.
 `--resolution R` adds the class part (each class's images at R x R cells; 0, the default: the layers' part alone).
 `--clip C` bounds each example's layer moments at C instead of `release`'s CLIP (the noise grows with it, the
 epsilon stays). `--norms` prints the quantiles of the per-example norms of the layers' moments and of the class
-part's cell moments at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set) and stops.
+part's cell moments at R = 7 and 14 (how CLIP and IMAGE_CLIP_PER_SIDE were chosen, on the MNIST set), and the bound
+`release --statistics-clip auto` draws at `--multiplier` over the whole training split, and stops.
 The statistics' figures are stated in the copy and its ledger, composed with the teacher's by the transcription's
 report (the control's, without noise, reports no guarantee); `dpdistill release` makes both releases itself.
 """
@@ -31,8 +32,9 @@ from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.accounting import REPLACE_ONE
 from dpdistill.privacy.ledger import ReleaseLedger
 from dpdistill.losses.generator import image_cells
-from dpdistill.training.feature_statistics import (CLIP, STATISTICS_FILE, STATISTICS_METHOD, StatisticsPlan,
-                                                   per_example_moments, release_statistics, save_statistics)
+from dpdistill.training.feature_statistics import (CLIP, NORM_SHARE, STATISTICS_FILE, STATISTICS_METHOD,
+                                                   StatisticsPlan, layer_moments, noisy_norm_median,
+                                                   release_statistics, save_statistics)
 
 
 def main() -> None:
@@ -51,12 +53,15 @@ def main() -> None:
     data = load_dataset(options.dataset)
     if options.norms:
         with torch.no_grad():
-            norms = {"layers": per_example_moments(teacher.eval(), data.x_train[:5000], 1e30).norm(dim=1)}
+            norms = {"layers": layer_moments(teacher.eval(), data.x_train[:5000]).norm(dim=1)}
         for resolution in (7, 14):
             cells = image_cells(data.x_train[:20000], resolution)
             norms[f"cells {resolution}"] = torch.cat([cells, cells.pow(2)], 1).norm(dim=1)
-        print(json.dumps({part: {str(q): values.quantile(q).item() for q in (0.5, 0.9, 0.99, 1.0)}
-                          for part, values in norms.items()}))
+        chosen = StatisticsPlan(options.multiplier, 1e-5, None, norm_share=NORM_SHARE)
+        chosen = chosen.with_clip(noisy_norm_median(teacher, data.x_train, chosen, noise_source(False, 0)))
+        print(json.dumps({**{part: {str(q): values.quantile(q).item() for q in (0.5, 0.9, 0.99, 1.0)}
+                             for part, values in norms.items()}, "auto": {"norm_median": chosen.norm_median,
+                                                                          "clip": chosen.clip}}))
         return
     copy = options.out / "teacher"
     shutil.copytree(options.teacher, copy, dirs_exist_ok=True)

@@ -20,18 +20,14 @@ from torch import Tensor
 
 from dpdistill.data import load_dataset
 from dpdistill.methods.teachers import read_teacher
-from dpdistill.training.feature_statistics import (BATCH, CLIP, STATISTICS_FILE, clipped_rows, layer_statistics,
-                                                   load_statistics, per_example_moments)
-
-
-UNCLIPPED = 1e30  # a bound no moment reaches (an infinite one would divide infinity by itself)
+from dpdistill.training.feature_statistics import (BATCH, CLIP, STATISTICS_FILE, clipped_rows, layer_moments,
+                                                   layer_statistics, load_statistics)
 
 
 def moments(model: torch.nn.Module, images: Tensor) -> Tensor:
     """(n, D): every example's unclipped moments, as `release` computes them before its clip."""
     with torch.no_grad():
-        return torch.cat([per_example_moments(model, images[at:at + BATCH], UNCLIPPED)
-                          for at in range(0, len(images), BATCH)])
+        return torch.cat([layer_moments(model, images[at:at + BATCH]) for at in range(0, len(images), BATCH)])
 
 
 def relative(estimate: Tensor, exact: Tensor) -> float:

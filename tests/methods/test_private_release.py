@@ -77,13 +77,15 @@ def test_a_release_spends_its_budget_on_the_teacher_and_its_statistics_together_
     from dpdistill.models.checkpoint import load_classifier
 
     config = build_release_config("digits", 2.0, synthetic_size=0, teacher_options={"epochs": 3},
-                                  transcription_options=SMALL)
+                                  transcription_options=SMALL, statistics_clip="auto")  # its bound drawn too
     assert config.teacher.epsilon == pytest.approx(1.8) and config.statistics_epsilon == pytest.approx(0.2)
     assert config.statistics_share == 0.1
     report = run_release(config, tmp_path)
     privacy, statistics = report["privacy"], report["statistics"]
     assert (tmp_path / "teacher" / "statistics.safetensors").exists()
     assert statistics["resolution"] == 8  # the default 14 cells a side, capped at the 8 x 8 images' pixels
+    assert statistics["clip"] == pytest.approx(1.25 * statistics["norm_median"]) and statistics["norm_share"] == 0.05
+    assert f"bounded at {statistics['clip']:.3g} (1.25 times their noisy median" in (tmp_path / "report.md").read_text()
     assert any("g_class_statistics" in record for record in report["history"])  # the generator matched the classes
     notes = " ".join(privacy["selection"])  # choices made on the two sets, said as fixed public ones for digits
     assert "14 x 14 cells and share of 0.1 were chosen on the MNIST set" in notes and "cnn's DP-SGD schedule" in notes
@@ -130,8 +132,12 @@ def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
         build_release_config("digits", 2.0, statistics_share=0.5)
     with pytest.raises(ConfigError, match="statistics-resolution"):
         build_release_config("digits", 2.0, statistics_resolution=-1)
-    with pytest.raises(ConfigError, match="statistics-clip must be positive"):
-        build_release_config("digits", 2.0, statistics_clip=0.0)
+    for wrong in (0.0, "nan", "inf", "twenty", None):
+        with pytest.raises(ConfigError, match="statistics-clip must be a positive number or auto, got"):
+            build_release_config("digits", 2.0, statistics_clip=wrong)
+    assert build_release_config("digits", 2.0, statistics_clip="40").statistics_clip == 40.0  # the command line's
+    chosen = build_release_config("digits", 2.0, statistics_clip="auto")
+    assert chosen.statistics_clip is None and ReleaseConfig.from_dict(chosen.to_dict()).statistics_clip is None
     larger = build_release_config("digits", 2.0, statistics_clip=40.0)  # kept with the run, for --resume
     assert ReleaseConfig.from_dict(larger.to_dict()).statistics_clip == 40.0 and config.statistics_clip == 20.0
     assert ReleaseJob(larger, tmp_path, None).statistics.clip == 40.0  # the release's plan bounds them there

@@ -11,7 +11,8 @@ from dpdistill.errors import CheckpointError, ConfigError
 from dpdistill.losses.generator import FeatureStatistics, image_cells
 from dpdistill.privacy.accounting import ADD_REMOVE, REPLACE_ONE, GaussianQuery, composed_epsilon
 from dpdistill.privacy.randomness import noise_source
-from dpdistill.training.feature_statistics import (StatisticsPlan, class_part, class_targets, load_statistics,
+from dpdistill.training.feature_statistics import (NORM_EDGES, NORM_SHARE, StatisticsPlan, class_part,
+                                                   class_targets, layer_moments, load_statistics, noisy_norm_median,
                                                    per_example_moments, plan_statistics, release_statistics,
                                                    save_statistics, statistics_targets)
 
@@ -111,6 +112,48 @@ def test_a_larger_bound_keeps_the_epsilon_and_grows_the_noise_with_it():
     assert larger.sensitivity == pytest.approx(2 * default.sensitivity)
     assert larger.epsilon(ADD_REMOVE) == default.epsilon(ADD_REMOVE) and larger.figures()["clip"] == 40.0
     assert StatisticsPlan.of_figures(larger.figures()) == larger  # what a transcription checks the ledger against
+
+
+def test_a_chosen_bound_spends_a_share_of_the_same_epsilon_two_gaussians_composed_exactly():
+    """--statistics-clip auto: the norms' histogram and the moments are two Gaussian mechanisms whose composition,
+    by dp-accounting's PLD accountant, is the one release the ledger records."""
+    import dp_accounting
+
+    fixed, chosen = plan_statistics(0.1, 1e-6, ADD_REMOVE, 14), plan_statistics(0.1, 1e-6, ADD_REMOVE, 14, clip=None)
+    assert chosen.clip is None and chosen.norm_share == NORM_SHARE and chosen.multiplier == fixed.multiplier
+    assert chosen.moments_multiplier == pytest.approx(fixed.multiplier / (1 - NORM_SHARE) ** 0.5)
+    accountant = dp_accounting.pld.PLDAccountant()
+    accountant.compose(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(chosen.norm_multiplier),
+                                                      dp_accounting.GaussianDpEvent(chosen.moments_multiplier)]))
+    assert accountant.get_epsilon(1e-6) == pytest.approx(fixed.epsilon(ADD_REMOVE), rel=2e-3)
+    drawn = chosen.with_clip(32.0)
+    assert (drawn.clip, drawn.norm_median) == (40.0, 32.0) and drawn.release(REPLACE_ONE) == fixed.release(REPLACE_ONE)
+    assert StatisticsPlan.of_figures(drawn.figures()) == drawn and "two Gaussian" in drawn.figures()["accountant"]
+    assert StatisticsPlan.of_figures(fixed.figures()).norm_share == 0.0
+
+
+def test_the_noisy_median_is_the_upper_edge_of_the_cell_holding_the_norms_median():
+    model, images = small_model(), torch.randn(2000, 1, 6, 6) * 3
+    norms = layer_moments(model, images).norm(dim=1)
+    cell = int(torch.bucketize(norms.median(), NORM_EDGES))
+    exact = StatisticsPlan(1e-4, 1e-6, None, norm_share=0.5)  # counts' noise 1.4e-4: the exact histogram
+    assert noisy_norm_median(model, images, exact, noise_source(True, 0)) == pytest.approx(NORM_EDGES[cell].item())
+    # counts' noise of std 4 over 2,000 examples: the half-total moves by about 4 x sqrt(cells below), some 40
+    # examples; 20 secret draws all land within one cell of the exact one
+    noisy = StatisticsPlan(4 * 0.5 ** 0.5, 1e-6, None, norm_share=0.5)
+    edges = {noisy_norm_median(model, images, noisy, noise_source(False, 0)) for _ in range(20)}
+    assert edges <= {NORM_EDGES[cell + offset].item() for offset in (-1, 0, 1)}
+
+
+def test_the_moments_noise_grows_by_what_the_norms_took():
+    model, images = small_model(), torch.randn(200, 1, 6, 6)
+    exact = release(model, images, 0.0, clip=2.0).layers
+    plan = StatisticsPlan(3.0, 1e-6, 2.0, norm_share=0.5)
+    deviations = torch.cat([release_statistics(model, images, torch.zeros(200, dtype=torch.long), 200, plan, 3,
+                                               noise_source(False, 0)).layers[name][0] - exact[name][0]
+                            for _ in range(60) for name in exact])
+    # std 3 / sqrt(1 - 0.5) x the bound 2 on each sum over 200 examples; 15% as in the test above
+    assert deviations.std().item() == pytest.approx(3.0 * 2 ** 0.5 * 2.0 / 200, rel=0.15)
 
 
 def test_the_file_keeps_the_statistics_and_their_release_and_is_refused_for_another_model(tmp_path: Path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,10 @@ from dpdistill.privacy.individuals import DatasetLedger
 from dpdistill.privacy.provenance import ADD_REMOVE
 from dpdistill.privacy.randomness import noise_source
 from dpdistill.privacy.selection import FASHION_MNIST, MNIST_SET, Selection, selection_notes, with_selection
-from dpdistill.training.feature_statistics import (CLIP, RESOLUTION, STATISTICS_FILE, STATISTICS_METHOD,
-                                                   plan_statistics, release_statistics, save_statistics,
-                                                   statistic_layers)
+from dpdistill.training.feature_statistics import (CLIP, CLIP_OVER_MEDIAN, NORM_SHARE, RESOLUTION, STATISTICS_FILE,
+                                                   STATISTICS_METHOD, StatisticsPlan, load_statistics,
+                                                   noisy_norm_median, plan_statistics, release_statistics,
+                                                   save_statistics, statistic_layers)
 from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
@@ -77,7 +79,8 @@ class ReleaseConfig:
     statistics_epsilon: float = 0.0  # the released statistics' budget, beside the teacher's (0: none released)
     statistics_delta: float = 0.0
     statistics_resolution: int = 0  # their class part's cells a side (0: none; training/feature_statistics.py)
-    statistics_clip: float = CLIP  # the per-example bound of the teacher's layer moments in them
+    statistics_clip: float | None = CLIP  # the per-example bound of the teacher's layer moments in them (None:
+    # chosen from their norms' noisy median, training/feature_statistics.py)
 
     def __post_init__(self) -> None:
         if (self.statistics_epsilon > 0) != (self.transcription.statistics_weight > 0):
@@ -194,6 +197,8 @@ class ReleaseJob(Job):
         replace-one, as they compose), drawn, saved, then settled. A resumed release whose statistics are saved
         uses them; one interrupted before they were saved published nothing, and draws them afresh."""
         path = self.teacher_dir / STATISTICS_FILE
+        if self.statistics is not None and path.exists():  # with the bound it was drawn at
+            self.statistics = StatisticsPlan.of_figures(load_statistics(path)[1])
         if self.statistics is None or path.exists():
             return
         config = self.teacher_config  # debugging noise from the seed: recorded as unbounded, as the teacher's run
@@ -203,10 +208,14 @@ class ReleaseJob(Job):
                         (DatasetLedger(*data_read(self.dataset, self.config.teacher.dataset)), release)]
         reserve_all(reservations, key, STATISTICS_METHOD, resume=True)
         teacher, _meta = read_teacher(self.teacher_dir)
+        noise = noise_source(config.reproducible_noise, config.seed)
+        if self.statistics.clip is None:
+            self.statistics = self.statistics.with_clip(noisy_norm_median(teacher, self.dataset.x_train,
+                                                                          self.statistics, noise, config.device,
+                                                                          self.progress))
         statistics = release_statistics(teacher, self.dataset.x_train, self.dataset.y_train,
                                         public_train_size(config, self.dataset), self.statistics,
-                                        self.dataset.num_classes, noise_source(config.reproducible_noise, config.seed),
-                                        config.device, self.progress)
+                                        self.dataset.num_classes, noise, config.device, self.progress)
         save_statistics(path, statistics, self.statistics.figures())
         for ledger, reserved in reservations:
             ledger.settle(key, STATISTICS_METHOD, reserved)
@@ -228,19 +237,19 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                          device: str = "cpu", teacher_options: dict[str, Any] | None = None,
                          transcription_options: dict[str, Any] | None = None,
                          statistics_share: float = STATISTICS_SHARE,
-                         statistics_resolution: int = RESOLUTION, statistics_clip: float = CLIP) -> ReleaseConfig:
+                         statistics_resolution: int = RESOLUTION, statistics_clip: float | str = CLIP
+                         ) -> ReleaseConfig:
     """A release's configurations from the command's options: the teacher's are `train-private`'s (its defaults for
     `teacher_arch`, the cnn's schedule for the default cnn, then `teacher_options`) at all but `statistics_share` of
     (epsilon, delta), the transcription's the engine's (the `dp-teacher` preset with the release's longer loop
     unless `preset` names others, then `transcription_options`), matching the statistics released at that share;
-    all share the seed and the device."""
+    all share the seed and the device. `statistics_clip` "auto": chosen from the data (CHOSEN_CLIP)."""
     if not 0 <= statistics_share < 0.5:
         raise ConfigError(f"--statistics-share must be in [0, 0.5), got {statistics_share}")
     if statistics_resolution < 0:
         raise ConfigError(f"--statistics-resolution must be 0 (no class statistics) or more, got "
                           f"{statistics_resolution}")
-    if not statistics_clip > 0:
-        raise ConfigError(f"--statistics-clip must be positive, got {statistics_clip}")
+    clip = statistics_bound(statistics_clip)
     unread = sorted(NOISY_ANSWER_SETTINGS & set(transcription_options or {}))
     if unread:
         raise ConfigError(f"{', '.join(name.replace('_', '-') for name in unread)}: a setting of a teacher's noisy "
@@ -258,7 +267,23 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                                           **(transcription_options or {})},
                                  {"mode": "none", "delta": delta}, dp_teacher=True)
     return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share,
-                         statistics_resolution if statistics_share else 0, statistics_clip)
+                         statistics_resolution if statistics_share else 0, clip)
+
+
+CHOSEN_CLIP = "auto"  # --statistics-clip's value for a bound chosen from the norms' noisy median
+
+
+def statistics_bound(value: float | str) -> float | None:
+    """--statistics-clip's value: a positive bound, or None for CHOSEN_CLIP; anything else a one-line error."""
+    if value == CHOSEN_CLIP:
+        return None
+    try:
+        bound = float(value)
+    except (TypeError, ValueError):
+        bound = math.nan
+    if not 0 < bound < math.inf:
+        raise ConfigError(f"--statistics-clip must be a positive number or {CHOSEN_CLIP}, got {value}")
+    return bound
 
 
 class TeacherGuided(SynthesisMethod, PrivateRelease):
@@ -359,9 +384,13 @@ COMMAND = CommandSpec(
                                                               "released with them, the generator's picture of each "
                                                               "class's form, at most the image's side (0: none)",
                     min=0, field=False),
-             Option("statistics_clip", float, CLIP, "the per-example L2 bound of the teacher's layer moments in those "
-                                                    "statistics: above their norms, or the statistics shrink; the "
-                                                    "noise grows with it (docs/methods/release.md)", field=False),
+             Option("statistics_clip", str, f"{CLIP:g}", "the per-example L2 bound of the teacher's layer moments "
+                                                         "in those statistics: above their norms, or the statistics "
+                                                         f"shrink; the noise grows with it. {CHOSEN_CLIP}: "
+                                                         f"{CLIP_OVER_MEDIAN:g} times their median, drawn within "
+                                                         "the statistics' budget (their noise "
+                                                         f"+{1 / math.sqrt(1 - NORM_SHARE) - 1:.1%}; "
+                                                         "docs/methods/release.md)", field=False),
              Option("dataset_size", int | None, None, "the training split's size as you publish it [default: the "
                                                       "data set's declared size, else a noisy count of it at 1% of "
                                                       "--epsilon]", min=1, field=False),

@@ -77,13 +77,15 @@ def release_markdown(report: dict[str, Any]) -> str:
         *([] if "statistics" not in report else [
             f"| released feature statistics (the generator's picture of the data) | epsilon "
             f"{number(report['statistics']['epsilon_add_remove'])}, delta {report['statistics']['delta']:g}, in "
-            f"{report['statistics']['path']}{_classes(report['statistics'])} |"])])
+            f"{report['statistics']['path']}{_contents(report['statistics'])} |"])])
 
 
-def _classes(statistics: dict[str, Any]) -> str:
-    """What the statistics hold beside the teacher's layers' moments."""
-    resolution = statistics.get("resolution", 0)
-    return f"; with each class's images at {resolution} x {resolution} cells" if resolution else ""
+def _contents(statistics: dict[str, Any]) -> str:
+    """What the statistics hold beside the teacher's layers' moments, and the bound those were clipped to."""
+    resolution, clip, median = statistics.get("resolution", 0), statistics.get("clip"), statistics.get("norm_median")
+    drawn = "" if median is None else f" ({clip / median:g} times their noisy median, drawn with them)"
+    return (f"; with each class's images at {resolution} x {resolution} cells" if resolution else "") + (
+        "" if clip is None else f"; the layers' moments bounded at {clip:.3g}{drawn}")
 
 
 def _synthetic_rows(report: dict[str, Any]) -> list[str]:

@@ -10,14 +10,19 @@ texture but not its form, which the per-class pixel statistics (what each class 
      input squared, concatenated over the layers and clipped to `clip` (CLIP by default, chosen on the MNIST set:
      above the 99th percentile of the norms its DP teacher gives, so clipping leaves nearly every example as it is;
      benchmarks/experiments/released_statistics.py; a teacher trained longer has larger moments and needs a larger
-     `clip`, or its statistics shrink: benchmarks/experiments/teacher_layer_moments.py);
+     `clip`, or its statistics shrink: benchmarks/experiments/teacher_layer_moments.py). Or `clip` is chosen from
+     the data at `NORM_SHARE` of the release: a noisy histogram of the norms (counts over a fixed geometric grid)
+     gives their median's cell, and `clip` is `CLIP_OVER_MEDIAN` times its upper edge;
    - with a `resolution` R, in the slot of the example's class (zeros in the others): the image, mapped to [0, 1]
      and averaged over R x R cells, with its square (clipped to `image_clip`), and a count entry `image_clip`, all
      scaled by `clip / (sqrt(2) image_clip)`.
 2. Release: their sum over the private training set plus Gaussian noise of std `noise_multiplier` times the
    sensitivity on every coordinate. One example added or removed moves the sum by at most `clip` in L2, or
    `sqrt(2) clip` with the class part (replaced: twice that), so it is one Gaussian mechanism of that multiplier
-   (half of it under replace-one), accounted by dp-accounting.
+   (half of it under replace-one), accounted by dp-accounting. A chosen `clip` adds the histogram, whose counts one
+   example moves by 1 in L2 (replaced: sqrt(2)): two Gaussian mechanisms of multipliers m / sqrt(s) and
+   m / sqrt(1 - s) compose, adaptively and exactly, into one of multiplier m (Gaussian DP: mu^2 = s / m^2 +
+   (1 - s) / m^2), so the release's epsilon is unchanged and only the moments' noise grows, by 1 / sqrt(1 - s).
 3. Post-processing: the layers' noisy sums over the public training-set size give each channel's mean and second
    moment, the class part's over its noisy count each class's cell means and second moments; each variance is the
    difference, at least 0.
@@ -29,6 +34,7 @@ reads the data, and the two compose adaptively: a release states the composition
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -55,6 +61,10 @@ CLIP = 20.0  # per-example L2 bound of the moments (module docstring, step 1)
 RESOLUTION = 14  # the class part's default cells (R x R): a garment's form, at a noise its 6,000 images average
 IMAGE_CLIP_PER_SIDE = 0.6  # the class part's bound over R: the MNIST set's 99th percentile of its norm is 3.8 at
 # R = 7 and 8.6 at R = 14 (benchmarks/experiments/released_statistics.py --norms)
+NORM_SHARE = 0.05  # of the release (of its 1 / multiplier^2) spent on the norms' median when `clip` is chosen
+CLIP_OVER_MEDIAN = 1.25  # `clip` over the median's cell edge: the 99th percentile of the norms is at most 1.09
+# times their median for the MNIST set's DP teachers (3 to 10 epochs; Fashion-MNIST's diagnostic: 1.16 to 1.22)
+NORM_EDGES = 2.0 ** (torch.arange(-16, 97) / 8)  # the histogram's cells: 1/4 to 4096, eight to an octave
 BATCH = 1000  # private images through the model at once
 PHASE = "released statistics"  # the progress display's name
 CLASSES_KEY = "classes@image"  # the file's key of the class part (no module can be named so: it holds a "@")
@@ -78,9 +88,11 @@ class StatisticsPlan:
 
     multiplier: float  # noise std over the add-remove sensitivity
     delta: float
-    clip: float = CLIP
+    clip: float | None = CLIP  # None: chosen from the data at `norm_share` (`with_clip`)
     resolution: int = 0  # the class part's R x R cells (0: no class part)
     image_clip: float | None = None  # its bound [default: IMAGE_CLIP_PER_SIDE x resolution]
+    norm_share: float = 0.0  # of 1 / multiplier^2 spent on the norms' histogram (module docstring, step 2)
+    norm_median: float | None = None  # the upper edge of the cell of the norms' noisy median, once drawn
 
     def __post_init__(self) -> None:
         if self.image_clip is None:
@@ -88,9 +100,25 @@ class StatisticsPlan:
 
     @classmethod
     def of_figures(cls, figures: dict[str, Any]) -> "StatisticsPlan":
-        """The plan a statistics file's `figures` describe (files without a class part: resolution 0)."""
+        """The plan a statistics file's `figures` describe (files without a class part: resolution 0; with a bound
+        given: no norm share)."""
         return cls(float(figures["noise_multiplier"]), float(figures["delta"]), float(figures["clip"]),
-                   int(figures.get("resolution", 0)), figures.get("image_clip"))
+                   int(figures.get("resolution", 0)), figures.get("image_clip"), float(figures.get("norm_share", 0)),
+                   figures.get("norm_median"))
+
+    @property
+    def moments_multiplier(self) -> float:
+        """The moments' noise std over their sensitivity: all of `multiplier` unless the norms took a share."""
+        return self.multiplier / math.sqrt(1 - self.norm_share)
+
+    @property
+    def norm_multiplier(self) -> float:
+        """The norms' histogram's noise std (in counts: one example moves one count)."""
+        return self.multiplier / math.sqrt(self.norm_share)
+
+    def with_clip(self, norm_median: float) -> "StatisticsPlan":
+        """The plan once the norms' noisy median is drawn: `clip` CLIP_OVER_MEDIAN times it."""
+        return dataclasses.replace(self, clip=CLIP_OVER_MEDIAN * norm_median, norm_median=norm_median)
 
     @property
     def sensitivity(self) -> float:
@@ -119,15 +147,20 @@ class StatisticsPlan:
         return {**{epsilon_key(relation): self.epsilon(relation) for relation in (ADD_REMOVE, REPLACE_ONE)},
                 "delta": self.delta, "noise_multiplier": self.multiplier, "clip": self.clip,
                 "resolution": self.resolution, "image_clip": self.image_clip,
-                "accountant": "dp-accounting (one Gaussian mechanism)"}
+                **({"norm_share": self.norm_share, "norm_median": self.norm_median,
+                    "accountant": "dp-accounting (the norms' histogram and the moments: two Gaussian mechanisms, "
+                                  "composed exactly into one of noise_multiplier)"} if self.norm_share else
+                   {"accountant": "dp-accounting (one Gaussian mechanism)"})}
 
 
-def plan_statistics(epsilon: float, delta: float, relation: str, resolution: int = 0, clip: float = CLIP
+def plan_statistics(epsilon: float, delta: float, relation: str, resolution: int = 0, clip: float | None = CLIP
                     ) -> StatisticsPlan:
     """The least noise whose release stays within (epsilon, delta) under `relation`, the layers' moments bounded
-    at `clip` (the noise grows with it, the epsilon does not)."""
+    at `clip` (the noise grows with it, the epsilon does not), or (None) at one chosen from the norms' noisy median
+    at NORM_SHARE of it."""
     query = calibrate(GaussianQuery, 1, epsilon, delta)
-    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta, clip, resolution)
+    return StatisticsPlan(query.noise_multiplier * _sensitivity(relation), delta, clip, resolution,
+                          norm_share=NORM_SHARE if clip is None else 0.0)
 
 
 def _sensitivity(relation: str) -> int:
@@ -156,6 +189,11 @@ def statistic_layers(model: nn.Module, name: str = "the model", way_out: str = "
 
 def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor:
     """(n, D): each example's per-channel means of every layer's input and of its square, clipped to norm `clip`."""
+    return clipped_rows(layer_moments(model, images), clip)
+
+
+def layer_moments(model: nn.Module, images: Tensor) -> Tensor:
+    """(n, D): `per_example_moments` before the clip."""
     layers = statistic_layers(model)
     captured: dict[str, Tensor] = {}
 
@@ -168,9 +206,8 @@ def per_example_moments(model: nn.Module, images: Tensor, clip: float) -> Tensor
     finally:
         for handle in handles:
             handle.remove()
-    moments = torch.cat([torch.cat([captured[name].mean((2, 3)), captured[name].pow(2).mean((2, 3))], 1)
-                         for name in layers], 1)
-    return clipped_rows(moments, clip)
+    return torch.cat([torch.cat([captured[name].mean((2, 3)), captured[name].pow(2).mean((2, 3))], 1)
+                      for name in layers], 1)
 
 
 def clipped_rows(rows: Tensor, clip: float) -> Tensor:
@@ -190,6 +227,24 @@ def class_part(images: Tensor, labels: Tensor, plan: StatisticsPlan, num_classes
 
 
 @torch.no_grad()
+def noisy_norm_median(model: nn.Module, images: Tensor, plan: StatisticsPlan, noise: NoiseSource, device: str = "cpu",
+                      progress: Progress | None = None) -> float:
+    """The upper edge of the NORM_EDGES cell where the noisy histogram of the moments' norms first holds half its
+    noisy total (module docstring, step 1): the release's first draw, at its `norm_share`."""
+    model = model.to(device).eval()
+    counts = torch.zeros(len(NORM_EDGES) + 1, dtype=torch.float64)
+    for start in range(0, len(images), BATCH):
+        norms = layer_moments(model, images[start:start + BATCH].to(device)).norm(dim=1).cpu()
+        counts += torch.bincount(torch.bucketize(norms, NORM_EDGES), minlength=len(counts)).double()
+        if progress:
+            progress({"phase": PHASE, "done": min(start + BATCH, len(images)), "total": len(images)})
+    noisy = counts + noise.normal(counts.shape, plan.norm_multiplier, "cpu").double()
+    below = noisy.cumsum(0)
+    cell = min(int((below < below[-1] / 2).sum()), len(NORM_EDGES) - 1)  # the last cell is open: its lower edge
+    return float(NORM_EDGES[cell])
+
+
+@torch.no_grad()
 def release_statistics(model: nn.Module, images: Tensor, labels: Tensor, public_size: int, plan: StatisticsPlan,
                        num_classes: int, noise: NoiseSource, device: str = "cpu",
                        progress: Progress | None = None) -> Statistics:
@@ -205,7 +260,7 @@ def release_statistics(model: nn.Module, images: Tensor, labels: Tensor, public_
         total = summed if total is None else total + summed
         if progress:
             progress({"phase": PHASE, "done": min(start + BATCH, len(images)), "total": len(images)})
-    noisy = (total + noise.normal(total.shape, plan.multiplier * plan.sensitivity, device)).cpu()
+    noisy = (total + noise.normal(total.shape, plan.moments_multiplier * plan.sensitivity, device)).cpu()
     layers = layer_statistics(model, noisy / public_size)
     if not plan.resolution:
         return Statistics(layers)
