@@ -28,8 +28,9 @@ from dpdistill.privacy.accounting import (GaussianQuery, SampledGaussianQuery, S
                                           composed_epsilon, dpsgd_epsilon)
 from dpdistill.privacy.count import NoisyCount
 from dpdistill.privacy.ledger import event_to_json
-from dpdistill.training.private import (PoissonBatchSampler, PrivateTrainingConfig, calibrate_dpsgd, label_logits,
-                                       plan_private_training)
+from dpdistill.training import private
+from dpdistill.training.private import (DPSGDTrainer, PoissonBatchSampler, PrivateTrainingConfig, calibrate_dpsgd,
+                                       label_logits, plan_private_training)
 
 from helpers import assert_confusion_matches_accuracy, gdp_delta
 
@@ -424,7 +425,6 @@ def test_a_run_stopped_within_an_epoch_resumes_at_its_last_step_saved(tmp_path: 
 def test_a_run_with_a_moving_average_releases_and_measures_the_average_of_its_iterates(tmp_path: Path, monkeypatch):
     """The saved student is sum_i d^(t-i) w_i / sum_i d^(t-i) over the weights after each of the 23 steps, the
     accuracy reported is that student's, and each epoch also gives the last iterate's."""
-    from dpdistill.training.private import DPSGDTrainer
 
     iterates: list[dict[str, torch.Tensor]] = []
     step = DPSGDTrainer._step
@@ -447,3 +447,22 @@ def test_a_run_with_a_moving_average_releases_and_measures_the_average_of_its_it
     [epoch] = report["history"]
     assert report["accuracy"]["student"] == epoch["test_accuracy"] and 0 <= epoch["last_iterate_accuracy"] <= 1
     assert evaluate(tmp_path, "digits", "student")["accuracy"] == pytest.approx(report["accuracy"]["student"])
+
+
+def test_a_batch_in_per_example_chunks_takes_the_whole_batchs_step(tmp_path: Path, monkeypatch):
+    """Chunks of a Poisson batch clipped into one sum are one noisy step of the batch: the same weights (the cnn
+    has no dropout, whose masks would be drawn chunk by chunk) and the same accounting."""
+    config = PrivateTrainingConfig(**{**TINY, "student_arch": "cnn"}, epsilon=10.0, sigma=1.0, epochs=1,
+                                   reproducible_noise=True)
+    whole = train_private(config, tmp_path / "whole")
+    monkeypatch.setattr(private, "PER_EXAMPLE_CHUNK", 16)  # about 4 chunks a batch of 64
+    passes: list[int] = []
+    backward = DPSGDTrainer._per_example_gradients
+    monkeypatch.setattr(DPSGDTrainer, "_per_example_gradients",
+                        lambda self, inputs, labels: passes.append(len(labels)) or backward(self, inputs, labels))
+    chunked = train_private(config, tmp_path / "chunked")
+    assert max(passes) == 16 and len(passes) > 3 * 23  # the blank check's pass, then chunks
+    assert chunked["privacy"]["steps"] == whole["privacy"]["steps"] == 23
+    assert chunked["privacy"]["epsilon"] == whole["privacy"]["epsilon"]
+    weights, again = (load_file(tmp_path / run / "student.safetensors") for run in ("whole", "chunked"))
+    assert all(torch.allclose(weights[name], again[name], atol=1e-5) for name in weights)
