@@ -52,8 +52,8 @@ from dpdistill.progress import Progress, in_phase
 from dpdistill.reporting.transcription import WITH_TEACHER, release_markdown
 from dpdistill.runs import REPORT_FILE, release_state, saved_config
 from dpdistill.settings import parse_assignments
-from dpdistill.training.private import (CNN_SCHEDULE, PrivateTrainingConfig, plan_private_training, public_train_size,
-                                       with_public_size)
+from dpdistill.training.private import (RELEASE_TEACHER_SCHEDULE, PrivateTrainingConfig, plan_private_training,
+                                       public_train_size, with_public_size)
 
 TEACHER_DIR = "teacher"  # OUT/teacher: the DP teacher's own run
 TEACHER_ARCH = "cnn"  # a cnn teacher transcribes into a cnn far better than a scattering one (docs/methods/release.md)
@@ -79,7 +79,7 @@ class ReleaseConfig:
     statistics_epsilon: float = 0.0  # the released statistics' budget, beside the teacher's (0: none released)
     statistics_delta: float = 0.0
     statistics_resolution: int = 0  # their class part's cells a side (0: none; training/feature_statistics.py)
-    statistics_clip: float | None = CLIP  # the per-example bound of the teacher's layer moments in them (None:
+    statistics_clip: float | None = None  # the per-example bound of the teacher's layer moments in them (None:
     # chosen from their norms' noisy median, training/feature_statistics.py)
 
     def __post_init__(self) -> None:
@@ -112,7 +112,7 @@ class ReleaseConfig:
         return cls(PrivateTrainingConfig.from_dict(values["teacher"]),
                    TranscriptionConfig.from_dict(values["transcription"]), values.get("statistics_epsilon", 0.0),
                    values.get("statistics_delta", 0.0), values.get("statistics_resolution", 0),
-                   values.get("statistics_clip", CLIP))
+                   values.get("statistics_clip", CLIP))  # saved before the bound could be drawn: the fixed one
 
 
 class PrivateRelease(Method):
@@ -231,13 +231,16 @@ class ReleaseJob(Job):
                        progress=in_phase(self.progress, TEACHER_PHASE, self.config.teacher.epochs))
 
 
+CHOSEN_CLIP = "auto"  # --statistics-clip's value for a bound chosen from the norms' noisy median
+
+
 def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, relation: str = ADD_REMOVE,
                          teacher_arch: str = TEACHER_ARCH, student_arch: str = STUDENT_ARCH,
                          synthetic_size: int = SYNTHETIC_SIZE, preset: str | None = None, seed: int = 0,
                          device: str = "cpu", teacher_options: dict[str, Any] | None = None,
                          transcription_options: dict[str, Any] | None = None,
                          statistics_share: float = STATISTICS_SHARE,
-                         statistics_resolution: int = RESOLUTION, statistics_clip: float | str = CLIP
+                         statistics_resolution: int = RESOLUTION, statistics_clip: float | str = CHOSEN_CLIP
                          ) -> ReleaseConfig:
     """A release's configurations from the command's options: the teacher's are `train-private`'s (its defaults for
     `teacher_arch`, the cnn's schedule for the default cnn, then `teacher_options`) at all but `statistics_share` of
@@ -254,7 +257,7 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
     if unread:
         raise ConfigError(f"{', '.join(name.replace('_', '-') for name in unread)}: a setting of a teacher's noisy "
                           f"answers, which a release never uses (it reads its DP teacher without noise)")
-    schedule = CNN_SCHEDULE if teacher_arch == TEACHER_ARCH else {}
+    schedule = RELEASE_TEACHER_SCHEDULE if teacher_arch == TEACHER_ARCH else {}
     teacher = PrivateTrainingConfig(**{"dataset": dataset, "method": DPSGD.name,
                                        "epsilon": epsilon * (1 - statistics_share),
                                        "delta": delta * (1 - statistics_share), "relation": relation,
@@ -269,8 +272,6 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
     return ReleaseConfig(teacher, transcription, epsilon * statistics_share, delta * statistics_share,
                          statistics_resolution if statistics_share else 0, clip)
 
-
-CHOSEN_CLIP = "auto"  # --statistics-clip's value for a bound chosen from the norms' noisy median
 
 
 def statistics_bound(value: float | str) -> float | None:
@@ -384,7 +385,7 @@ COMMAND = CommandSpec(
                                                               "released with them, the generator's picture of each "
                                                               "class's form, at most the image's side (0: none)",
                     min=0, field=False),
-             Option("statistics_clip", str, f"{CLIP:g}", "the per-example L2 bound of the teacher's layer moments "
+             Option("statistics_clip", str, CHOSEN_CLIP, "the per-example L2 bound of the teacher's layer moments "
                                                          "in those statistics: above their norms, or the statistics "
                                                          f"shrink; the noise grows with it. {CHOSEN_CLIP}: "
                                                          f"{CLIP_OVER_MEDIAN:g} times their median, drawn within "
