@@ -1124,7 +1124,7 @@ def release_table(rows: list[dict]) -> list[str]:
     memory; then the published private synthetic data beside them."""
     releases = [row for row in rows if row["run"].startswith("release-")  # the releases before are in results.md
                 and not row["run"].startswith(("release-scatter-", "release-layers-",  # and release.md
-                                               "release-short-teacher-control"))]
+                                               "release-short-teacher-eps10", "release-short-teacher-control"))]
     if not releases:
         return []
     lines = ["", "### One release from the private data: a DP teacher, transcribed for free", "",

@@ -139,7 +139,12 @@ def test_a_release_without_a_statistics_share_matches_none(tmp_path: Path):
     chosen = build_release_config("digits", 2.0, statistics_clip="auto")
     assert chosen.statistics_clip is None and ReleaseConfig.from_dict(chosen.to_dict()).statistics_clip is None
     larger = build_release_config("digits", 2.0, statistics_clip=40.0)  # kept with the run, for --resume
-    assert ReleaseConfig.from_dict(larger.to_dict()).statistics_clip == 40.0 and config.statistics_clip == 20.0
+    assert ReleaseConfig.from_dict(larger.to_dict()).statistics_clip == 40.0 and config.statistics_clip is None
+    saved_before = {key: value for key, value in larger.to_dict().items() if key != "statistics_clip"}
+    assert ReleaseConfig.from_dict(saved_before).statistics_clip == 20.0  # saved when the bound was fixed
+    # the cnn teacher's 10-epoch schedule; any other teacher's train-private defaults
+    assert (config.teacher.student_arch, config.teacher.epochs, config.teacher.batch_size) == ("cnn", 10, 1024)
+    assert build_release_config("digits", 2.0, teacher_arch="scatter-linear").teacher.epochs != 10
     assert ReleaseJob(larger, tmp_path, None).statistics.clip == 40.0  # the release's plan bounds them there
 
 
