@@ -483,7 +483,7 @@ def poisson_loader(dataset: TensorDataset, plan: PrivatePlan, noise: NoiseSource
 
 # Examples whose per-example gradients DP-SGD materialises at once (layers not ghost-clipped). A whole Poisson batch of
 # the cnn (1,024 on average) changed every tensor's size each step, and glibc's heap, reusing few freed blocks, grew
-# to 9.9 GB over 10 epochs; in chunks of 256, 2 epochs peaked at 2.0 GB instead of 6.2, in 94 s instead of 114
+# to 9.9 GB over 10 epochs; in chunks of 256, 2 epochs peak at 2.0 GB in 94 s (docs/methods/dpsgd.md)
 PER_EXAMPLE_CHUNK = 256
 
 
