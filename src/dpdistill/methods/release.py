@@ -273,7 +273,6 @@ def build_release_config(dataset: str, epsilon: float, delta: float = 1e-5, rela
                          statistics_resolution if statistics_share else 0, clip)
 
 
-
 def statistics_bound(value: float | str) -> float | None:
     """--statistics-clip's value: a positive bound, or None for CHOSEN_CLIP; anything else a one-line error."""
     if value == CHOSEN_CLIP:

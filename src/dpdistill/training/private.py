@@ -817,13 +817,10 @@ class DPSGDTrainer(PrivateTrainer):
     def _step(self, inputs: Tensor, labels: Tensor) -> Tensor:
         """One noisy step on the Poisson batch, its per-example gradients materialised PER_EXAMPLE_CHUNK examples at
         a time and clipped into one sum (Opacus' skipped steps, as its BatchMemoryManager does): the chunks keep
-        their size from step to step where the batch's changes."""
+        their size from step to step where the batch's changes. Ghost clipping materialises none: one chunk."""
         self.optimizer.zero_grad(set_to_none=True)
-        if self.ghost_clipping:  # no per-example gradients are materialised
-            losses = self._per_example_gradients(inputs, labels)
-            self.optimizer.step()
-            return losses
-        chunks = list(zip(inputs.split(PER_EXAMPLE_CHUNK), labels.split(PER_EXAMPLE_CHUNK)))
+        size = max(len(labels), 1) if self.ghost_clipping else PER_EXAMPLE_CHUNK
+        chunks = list(zip(inputs.split(size), labels.split(size)))
         losses = []
         for index, (chunk_inputs, chunk_labels) in enumerate(chunks):
             losses.append(self._per_example_gradients(chunk_inputs, chunk_labels))
