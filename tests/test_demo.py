@@ -34,7 +34,9 @@ def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, monkeypa
         assert (tmp_path / "demo" / row["report"]).exists() and row["report"] in printed
     assert "Use DP-SGD on scattering features" in printed and "because of the capacity bound" in printed
     assert "an ensemble's noisy votes teach a student too" in printed
-    # PATE's row reports no accuracy on its way: the progress display shows each part started and done
+    # every row but DPSD's shows where it stands through the command line's display, the feature pass included
+    assert "features 1437/1437" in printed and "DP-SGD 5/5" in printed and "DP-SGD: done in" in printed
+    assert "teacher 5/5" in printed and "teacher: done in" in printed
     assert "10 heads: started" in printed and "10 heads: done in" in printed
     assert "PATE: started" in printed and "PATE: done in" in printed
 

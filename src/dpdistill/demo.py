@@ -93,12 +93,16 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     _start_afresh(out)
     console.print(f"[bold]1/4[/] DP-SGD on scattering features of {dataset} at epsilon {DEMO_EPSILON:g} (the "
                   f"transform is computed once, then kept on disk)")
-    private = train_private(PrivateTrainingConfig(dataset=dataset, student_arch="scatter-linear", epsilon=DEMO_EPSILON,
-                                                  delta=DEMO_DELTA, relation=RELATION, **scale.dpsgd),
-                            out / "dpsgd", progress=_every(console, "epoch", 5, "test_accuracy"))
+    quiet = getattr(console, "quiet", False)
+    # the display shows the feature pass too: on a cold cache it takes minutes before the first epoch
+    with ProgressDisplay("DP-SGD", total=scale.dpsgd["epochs"], quiet=quiet) as display:
+        private = train_private(PrivateTrainingConfig(dataset=dataset, student_arch="scatter-linear",
+                                                      epsilon=DEMO_EPSILON, delta=DEMO_DELTA, relation=RELATION,
+                                                      **scale.dpsgd), out / "dpsgd", progress=display)
     _done(console, started)
     console.print(f"[bold]2/4[/] a non-private cnn teacher on {dataset}")
-    teacher = train_teacher(dataset, out / "teacher", TeacherConfig(arch="cnn", **scale.teacher))
+    with ProgressDisplay("teacher", quiet=quiet) as display:
+        teacher = train_teacher(dataset, out / "teacher", TeacherConfig(arch="cnn", **scale.teacher), progress=display)
     _done(console, started)
     console.print(f"[bold]3/4[/] DPSD, data mode, from that teacher at epsilon {DEMO_EPSILON:g}")
     config = build_config("demo", scale.dpsd, {"mode": "data", "epsilon": DEMO_EPSILON, "delta": DEMO_DELTA,
@@ -109,9 +113,9 @@ def run_demo(out: Path, console: Console, dataset: str = "fmnist") -> list[dict[
     console.print(f"[bold]4/4[/] PATE: {scale.members} linear heads on scattering features, each trained on its "
                   f"own part of {dataset}, label public images through noisy votes at epsilon {DEMO_EPSILON:g}")
     # its records carry no accuracy to print: the command line's display shows where each part stands instead
-    with ProgressDisplay(f"{scale.members} heads", quiet=getattr(console, "quiet", False)) as heads:
+    with ProgressDisplay(f"{scale.members} heads", quiet=quiet) as heads:
         train_teacher_ensemble(dataset, out / "ensemble", TeacherConfig(**scale.heads), scale.members, progress=heads)
-    with ProgressDisplay("PATE", quiet=getattr(console, "quiet", False)) as voting:
+    with ProgressDisplay("PATE", quiet=quiet) as voting:
         voted = pate(out / "ensemble", PateConfig(epsilon=DEMO_EPSILON, delta=DEMO_DELTA, **scale.pate),
                      out / "pate", progress=voting)
     _done(console, started)
