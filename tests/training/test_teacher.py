@@ -96,6 +96,15 @@ def test_heads_learn_their_partition_and_only_their_partition():
         assert torch.equal(changed_weight[head], weight[head]) and torch.equal(changed_bias[head], bias[head])
 
 
+def test_heads_report_their_position_against_their_steps():
+    features, labels = _blobs(30, seed=0)
+    records: list[dict] = []
+    config = TeacherConfig(lr=0.05, min_steps=120, init="encoder", heads_only=True)
+    teacher.train_heads(features, labels, [torch.arange(0, 15), torch.arange(15, 30)], 3, config, records.append)
+    assert records and all(record["total"] == 120 for record in records)  # a display shows 50/120, not 50/?
+    assert [record["step"] for record in records if "loss" in record] == [50, 100, 120]
+
+
 def test_heads_of_unequal_partitions_ignore_the_padding():
     features, labels = _blobs(40, seed=2)
     config = TeacherConfig(lr=0.05, min_steps=20, init="encoder", heads_only=True)

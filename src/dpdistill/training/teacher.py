@@ -17,7 +17,7 @@ from dpdistill.evaluation.metrics import accuracy
 from dpdistill.models.base import Classifier
 from dpdistill.models.checkpoint import ENCODER, load_classifier
 from dpdistill.models.registry import build_classifier
-from dpdistill.progress import Pace, Progress
+from dpdistill.progress import Pace, Progress, with_total
 from dpdistill.training.state import STATE_SKELETON, Checkpoints, load_state, save_state
 
 
@@ -104,6 +104,7 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
     steps = config.full_batch_steps
     optimizer, schedule = _adam_with_cosine([weight, bias], config.lr, config.weight_decay, steps)
     started, history = time.perf_counter(), []
+    pace = Pace(with_total(progress, steps))  # a hundred heads' step takes seconds: their position, every second
     for step in range(1, steps + 1):
         loss = torch.zeros((), device=device)
         for first, inputs, targets, present, counts in groups:
@@ -117,8 +118,9 @@ def train_heads(features: Tensor, labels: Tensor, parts: list[Tensor], num_class
         schedule.step()
         if step % 50 == 0 or step == steps:
             history.append({"step": step, "loss": loss.item() / len(parts)})
-            if progress:
-                progress(history[-1])
+            pace(history[-1])
+        else:
+            pace.within({"step": step})
     back = torch.argsort(order).to(device)  # from grouped order back to the partitions' order
     return (weight.detach()[back], bias.detach()[back],
             {"history": history, "wall_seconds": time.perf_counter() - started})
