@@ -5,6 +5,7 @@ copy)."""
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -43,6 +44,21 @@ def _threads():
     threads = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
+@pytest.fixture
+def fresh_features(tmp_path: Path, monkeypatch) -> Callable[[], None]:
+    """The test's own feature cache (DPDISTILL_HOME at tmp_path) and an empty memory of fixed features: a feature
+    pass runs, or reads that cache, instead of reusing another test's in the same worker. Calling it forgets the
+    memory again, as a later process starts with none."""
+    from dpdistill.models import features
+
+    def forget() -> None:
+        monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
+        monkeypatch.setattr(features, "_fixed_features", {})
+
+    forget()
+    return forget
 
 
 @pytest.fixture(autouse=True)

@@ -12,13 +12,10 @@ from typer.testing import CliRunner
 from dpdistill.cli.main import app
 from dpdistill.demo import RUNS, SUMMARY, _start_afresh
 from dpdistill.errors import ConfigError
-from dpdistill.models import features
 
 
 @pytest.mark.slow
-def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path / "home"))  # the scattering transform is computed here
-    monkeypatch.setattr(features, "_fixed_features", {})  # and not taken from another test's run in this process
+def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, fresh_features):
     result = CliRunner().invoke(app, ["demo", "--dataset", "digits", "--out", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "demo" / SUMMARY).read_text())["rows"]

@@ -59,13 +59,11 @@ def test_a_named_phase_counts_its_own_work_and_the_run_resumes_its_count_after_i
     assert lines[5].startswith("dpsgd on fmnist 2/40 ")  # the run's own count and total again
 
 
-def test_a_feature_pass_reports_its_progress_and_its_cache(tmp_path: Path, monkeypatch):
+def test_a_feature_pass_reports_its_progress_and_its_cache(fresh_features):
     import torch
 
     from dpdistill.models import features
 
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    monkeypatch.setattr(features, "_fixed_features", {})
     records: list[dict] = []
     images = torch.rand(600, 1, 8, 8)
     features.frozen_features(torch.nn.Flatten(), images, torch.device("cpu"), fixed=True, progress=records.append)

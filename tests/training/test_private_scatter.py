@@ -97,30 +97,26 @@ def test_private_scatter_cnn_trains_its_layers_after_the_transform_computed_once
     assert accuracy(model, digits.x_test, digits.y_test) == pytest.approx(report["accuracy"]["student"], abs=1e-6)
 
 
-def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    monkeypatch.setattr(features_module, "_fixed_features", {})
+def test_fixed_features_are_stored_once_for_later_runs(tmp_path: Path, monkeypatch, fresh_features):
     model = build_classifier("scatter-linear", (1, 8, 8), 10)
     images = load_dataset("digits").x_test[:40]
     first = frozen_features(model.backbone, images, torch.device("cpu"), fixed=True).clone()  # apart from the file
     stored = list((tmp_path / "features").iterdir())
     assert len(stored) == 1 and stored[0].stat().st_mode & 0o777 == 0o600  # private, like the images
-    monkeypatch.setattr(features_module, "_fixed_features", {})  # a later process
+    fresh_features()  # a later process
     monkeypatch.setattr(features_module, "batches", lambda *args, **kwargs: pytest.fail("recomputed"))
     again = frozen_features(model.backbone, images, torch.device("cpu"), fixed=True)
     assert torch.equal(again, first)
     again += 1  # memory-mapped copy-on-write: the stored file keeps its values
-    monkeypatch.setattr(features_module, "_fixed_features", {})
+    fresh_features()
     assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
     stored[0].write_bytes(stored[0].read_bytes()[:-4])  # a truncated file is computed again
     monkeypatch.undo()
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    monkeypatch.setattr(features_module, "_fixed_features", {})
+    fresh_features()
     assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
     stored[0].write_bytes(b"broken")  # and so is one that is no array
     monkeypatch.undo()
-    monkeypatch.setenv("DPDISTILL_HOME", str(tmp_path))
-    monkeypatch.setattr(features_module, "_fixed_features", {})
+    fresh_features()
     assert torch.equal(frozen_features(model.backbone, images, torch.device("cpu"), fixed=True), first)
 
 
