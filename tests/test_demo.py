@@ -1,5 +1,5 @@
-"""`dpdistill demo` at its small scale (the embedded digits): the four rows of its table, the DP-SGD student
-covered and ahead of the single-teacher DPSD one, PATE's covered student at the same epsilon, and a second demo
+"""`dpdistill demo` at its small scale (the embedded digits): the five rows of its table, the DP-SGD student
+covered and ahead of the single-teacher DPSD one, the release's and PATE's covered students at the same epsilon, and a second demo
 into the same --out that starts afresh."""
 
 import json
@@ -20,7 +20,9 @@ def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, fresh_fe
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "demo" / SUMMARY).read_text())["rows"]
     assert [row["route"] for row in rows][:3] == ["DP-SGD, scatter-linear", "DPSD, data mode", "teacher, NOT private"]
-    dpsgd, dpsd, teacher, voted = rows
+    dpsgd, dpsd, teacher, released, voted = rows
+    assert released["route"] == "release, cnn" and released["covered"] and released["epsilon"] <= 3.0
+    assert released["paper_epsilon"] is None and 0.0 <= released["accuracy"] <= 1.0  # learns in the fmnist demo
     assert voted["route"] == "PATE, 10 heads" and voted["covered"] and voted["epsilon"] <= 3.0
     # at this scale (10 heads of 144 digits each, 100 noisy answers) PATE's student is barely above chance: nine
     # runs gave 0.11 to 0.33 (mean 0.22), so its learning is measured by the Fashion-MNIST demo, not asserted here
@@ -34,9 +36,10 @@ def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, fresh_fe
         assert (tmp_path / "demo" / row["report"]).exists() and row["report"] in printed
     assert "Use DP-SGD on scattering features" in printed and "because of the capacity bound" in printed
     assert "an ensemble's noisy votes teach a student too" in printed
+    assert "`dpdistill release` trains a DP teacher and transcribes it for free" in printed
     # every row but DPSD's shows where it stands through the command line's display, the feature pass included
     assert re.search(r"features \d+/1437 .*cached=", printed) and "DP-SGD: done in" in printed
-    assert "teacher: done in" in printed
+    assert "teacher: done in" in printed and "release: done in" in printed
     assert "10 heads: started" in printed and "10 heads: done in" in printed
     assert "PATE: started" in printed and "PATE: done in" in printed
 

@@ -410,8 +410,8 @@ def demo_command(
                                                                  "the embedded data: a quick check)"),
 ) -> None:
     """Show the routes that work, on Fashion-MNIST. In a few minutes: DP-SGD on scattering features beside DPSD
-    from one teacher, the non-private teacher, and PATE with an ensemble of scattering heads, at one sound
-    epsilon."""
+    from one teacher, the non-private teacher, a shortened release (a DP-SGD teacher transcribed for free) and
+    PATE with an ensemble of scattering heads, at one sound epsilon."""
     from dpdistill.demo import run_demo
 
     run_demo(out, summary, dataset.value)
