@@ -23,3 +23,15 @@ def test_each_class_gets_its_share_and_a_missing_class_ends_short_after_bounded_
     assert len(calls) == 33  # 20 draws an image: ceil(20 * 103 / 64) batches, then it stops
     assert torch.equal(label(images), labels)
     assert balanced_draw(generate, label, 103, 10, batch=64, max_batches=5)[1].numel() < 103
+
+
+def test_a_draw_that_fills_every_share_keeps_each_image_beside_its_label():
+    def generate(count: int) -> torch.Tensor:
+        return torch.rand(count, 1, 2, 2)
+
+    def label(images: torch.Tensor) -> torch.Tensor:
+        return (images.flatten(1)[:, 0] * 10).long().clamp(max=9)
+
+    images, labels = balanced_draw(generate, label, 50, 10, batch=16)
+    assert torch.bincount(labels, minlength=10).tolist() == [5] * 10 and images.shape == (50, 1, 2, 2)
+    assert torch.equal(label(images), labels)  # the classes' slots in order, each filled over several batches

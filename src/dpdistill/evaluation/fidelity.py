@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dpdistill.models.features import outputs
+from dpdistill.models.features import feature_batch, outputs
 from dpdistill.models.scattering import scattering_features
 from dpdistill.progress import Progress
 
@@ -61,8 +61,9 @@ def scattering_frechet(synthetic: Tensor, real: Tensor, device: str | torch.devi
     halves of `real`. Images (n, C, H, W) in [-1, 1] as dpdistill holds them; `progress` hears both feature passes
     (minutes for 60,000 images on a CPU)."""
     features = ScatteringCells(tuple(real.shape[1:])).to(device)
-    real_features = outputs(features, real, batch_size=256, device=device, progress=progress).double().numpy()
-    synthetic_features = outputs(features, synthetic, batch_size=256, device=device,
+    batch = feature_batch(device)
+    real_features = outputs(features, real, batch_size=batch, device=device, progress=progress).double().numpy()
+    synthetic_features = outputs(features, synthetic, batch_size=batch, device=device,
                                  progress=progress).double().numpy()
     half = len(real_features) // 2
     return {"synthetic_to_real": frechet_distance(synthetic_features, real_features),

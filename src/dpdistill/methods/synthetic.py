@@ -108,7 +108,8 @@ def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], T
     after `draws_per_image` draws an image (at most `max_batches` batches): the counts say so. `progress` hears the
     images kept so far (60,000 take minutes where a scattering teacher labels them)."""
     shares = [size // num_classes + (label_index < size % num_classes) for label_index in range(num_classes)]
-    kept: list[list[Tensor]] = [[] for _ in range(num_classes)]
+    starts = [sum(shares[:class_index]) for class_index in range(num_classes)]
+    drawn: Tensor | None = None  # each class's share in one tensor, allocated once (features.in_batches: why)
     counts = [0] * num_classes
     pace = Pace(in_phase(progress, SYNTHETIC_PHASE, size))
     for _ in range(min(max_batches, math.ceil(draws_per_image * size / batch))):
@@ -116,15 +117,21 @@ def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], T
         if counts == shares:
             break
         images = generate(batch).cpu()
+        if drawn is None:
+            drawn = images.new_empty((size, *images.shape[1:]))
         labels = label(images)
         for class_index in range(num_classes):
             missing = shares[class_index] - counts[class_index]
             if missing > 0:
                 chosen = images[labels == class_index][:missing]
-                kept[class_index].append(chosen)
+                start = starts[class_index] + counts[class_index]
+                drawn[start:start + len(chosen)] = chosen
                 counts[class_index] += len(chosen)
     pace({"done": sum(counts)})
-    images = torch.cat([torch.cat(parts) for parts in kept if parts])
+    if drawn is None:
+        raise ValueError("a synthetic set of no images")
+    images = drawn if counts == shares else torch.cat([drawn[start:start + count]
+                                                       for start, count in zip(starts, counts)])
     labels = torch.cat([torch.full((count,), class_index) for class_index, count in enumerate(counts)])
     return images, labels
 
