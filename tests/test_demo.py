@@ -1,6 +1,6 @@
 """`dpdistill demo` at its small scale (the embedded digits): the five rows of its table, the DP-SGD student
-covered and ahead of the single-teacher DPSD one, the release's and PATE's covered students at the same epsilon, and a second demo
-into the same --out that starts afresh."""
+covered and ahead of the single-teacher DPSD one, the release's and PATE's covered students at the same epsilon,
+and a second demo into the same --out that starts afresh."""
 
 import json
 import re
@@ -22,7 +22,9 @@ def test_the_demo_shows_the_covered_route_ahead_of_dpsd(tmp_path: Path, fresh_fe
     assert [row["route"] for row in rows][:3] == ["DP-SGD, scatter-linear", "DPSD, data mode", "teacher, NOT private"]
     dpsgd, dpsd, teacher, released, voted = rows
     assert released["route"] == "release, cnn" and released["covered"] and released["epsilon"] <= 3.0
-    assert released["paper_epsilon"] is None and 0.0 <= released["accuracy"] <= 1.0  # learns in the fmnist demo
+    # at this scale (4 iterations on 8 x 8 digits) the release's student is near chance (0.14 to 0.20 in the runs
+    # read), so its learning is measured by the Fashion-MNIST demo (77.6% and 76.0%), not asserted here
+    assert released["paper_epsilon"] is None and 0.0 <= released["accuracy"] <= 1.0
     assert voted["route"] == "PATE, 10 heads" and voted["covered"] and voted["epsilon"] <= 3.0
     # at this scale (10 heads of 144 digits each, 100 noisy answers) PATE's student is barely above chance: nine
     # runs gave 0.11 to 0.33 (mean 0.22), so its learning is measured by the Fashion-MNIST demo, not asserted here

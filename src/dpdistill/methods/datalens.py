@@ -40,6 +40,7 @@ from dpdistill.methods.synthetic import (CLASSIFIER_STATE, StudentSettings, Synt
                                          student_model, synthetic_files)
 from dpdistill.models.checkpoint import CLASS_NAMES
 from dpdistill.models.datalens import ConditionalGenerator
+from dpdistill.models.features import joined
 from dpdistill.options import (AuditRoute, OVERWRITE_OPTION, REPRODUCIBLE_NOISE_HELP, CommandSpec, Option, dataset_help,
                                out_option, preset_options, resume_option, set_option)
 from dpdistill.privacy.ledger import Release, UncoveredRead, event_to_json, reproducible_noise_read
@@ -157,8 +158,8 @@ def synthesize(generator: ConditionalGenerator, count: int, seed: int, batch: in
         starts.pop()
     ends = starts[1:] + [count]
     with torch.no_grad():
-        images = torch.cat([generator(latents[start:end].to(device), labels[start:end].to(device)).cpu()
-                            for start, end in zip(starts, ends)])
+        images = joined((generator(latents[start:end].to(device), labels[start:end].to(device)).cpu()
+                         for start, end in zip(starts, ends)), count)
     return images, labels
 
 

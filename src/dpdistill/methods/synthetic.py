@@ -109,7 +109,7 @@ def balanced_draw(generate: Callable[[int], Tensor], label: Callable[[Tensor], T
     images kept so far (60,000 take minutes where a scattering teacher labels them)."""
     shares = [size // num_classes + (label_index < size % num_classes) for label_index in range(num_classes)]
     starts = [sum(shares[:class_index]) for class_index in range(num_classes)]
-    drawn: Tensor | None = None  # each class's share in one tensor, allocated once (features.in_batches: why)
+    drawn: Tensor | None = None  # each class's share in one tensor, allocated once (features.joined: why)
     counts = [0] * num_classes
     pace = Pace(in_phase(progress, SYNTHETIC_PHASE, size))
     for _ in range(min(max_batches, math.ceil(draws_per_image * size / batch))):
